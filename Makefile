@@ -1,0 +1,29 @@
+# Two commands: `make demo` and `make test`. Both create .venv with pip on first use.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint validate bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m windtunnel.demo
+
+test: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks validation
+	$(BIN)/pytest
+
+validate: $(STAMP)
+	$(BIN)/windtunnel validate training validation/training_runs.csv --out validation/REPORT.md
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_step.py
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info

@@ -1,0 +1,1 @@
+"""Static costs: compute roofline with efficiency curves, collectives on a tiered topology."""

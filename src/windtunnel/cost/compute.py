@@ -1,0 +1,63 @@
+"""Compute cost: a roofline per operator with efficiency curves (GEMM shape, attention length, bandwidth).
+
+Times are seconds; FLOPs, bytes as in :mod:`windtunnel.graph.ops`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from windtunnel.cost.efficiency import Efficiency
+from windtunnel.graph.ops import Op
+from windtunnel.specs.hardware import Chip
+
+
+def gemm_time(m: int, n: int, k: int, precision: str, chip: Chip, eff: Efficiency, count: int = 1) -> float:
+    """Seconds for ``count`` GEMMs of (m x k) @ (k x n), launched as one grouped kernel.
+
+    Output tiles are padded to the tile size and scheduled in waves over the compute units, so
+    skinny or small GEMMs lose efficiency the way real kernels do; a short reduction length adds
+    main-loop prologue/epilogue cost. The result is the max of compute and memory time.
+    """
+    if m <= 0 or n <= 0 or k <= 0:
+        return 0.0
+    tiles = math.ceil(m / eff.tile_m) * math.ceil(n / eff.tile_n) * count
+    waves = math.ceil(tiles / eff.compute_units)
+    tile_flops = 2.0 * eff.tile_m * eff.tile_n * k
+    k_factor = k / (k + eff.k_half) if eff.k_half else 1.0
+    compute = waves * eff.compute_units * tile_flops / (chip.peak(precision) * eff.gemm_efficiency(precision) * k_factor)
+    operand_bytes = 1.0 if precision == "fp8" else 2.0
+    moved = count * (operand_bytes * (m * k + k * n) + 2.0 * m * n)
+    memory = moved / (chip.hbm_bandwidth * eff.memory_bandwidth)
+    return max(compute, memory) + eff.kernel_overhead_s
+
+
+def attention_time(op: Op, chip: Chip, eff: Efficiency) -> float:
+    """Seconds for a fused (flash) attention kernel; efficiency rises with the key length."""
+    _, _, kv_len, _ = op.shape
+    peak = chip.peak("bf16") if "bf16" in chip.peak_flops else chip.peak("fp16")
+    maximum = eff.attention_fwd if op.phase != "bwd" else eff.attention_bwd
+    efficiency = maximum * kv_len / (kv_len + eff.attention_half_length)
+    compute = op.flops / (peak * efficiency)
+    memory = op.bytes_moved / (chip.hbm_bandwidth * eff.memory_bandwidth)
+    return max(compute, memory) + eff.kernel_overhead_s
+
+
+def memory_op_time(op: Op, chip: Chip, eff: Efficiency) -> float:
+    """Seconds for a memory-bound kernel at the achieved share of HBM bandwidth."""
+    return op.bytes_moved / (chip.hbm_bandwidth * eff.memory_bandwidth) + eff.kernel_overhead_s
+
+
+def compute_op_time(op: Op, chip: Chip, eff: Efficiency, precision: str) -> float:
+    """Seconds for one compute operator (all ``count`` instances)."""
+    if op.kind == "gemm":
+        m, n, k = op.shape
+        gemm_precision = op.precision or precision
+        if gemm_precision == "fp8" and "fp8" not in chip.peak_flops:
+            gemm_precision = "bf16"
+        return gemm_time(m, n, k, gemm_precision, chip, eff, count=op.count)
+    if op.kind == "attention":
+        return attention_time(op, chip, eff)
+    if op.kind == "memory":
+        return memory_op_time(op, chip, eff)
+    raise ValueError(f"not a compute operator: {op.kind}")

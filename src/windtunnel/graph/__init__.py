@@ -1,0 +1,1 @@
+"""Operators and operator graphs (DAGs): transformer builders and user-given DAGs."""

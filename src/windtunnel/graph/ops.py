@@ -1,0 +1,123 @@
+"""Operators: the static cost of one piece of work (FLOPs, bytes moved, bytes resident) and its stream.
+
+An :class:`OpGraph` is a DAG of operators in a valid topological order; each operator names the
+indices of the operators it waits for. Units: FLOPs, bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+COMPUTE_KINDS = ("gemm", "attention", "memory")
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
+
+# Streams an operator can run on; communication gets its own stream per parallel group kind so
+# that overlap between them comes out of the simulation.
+STREAMS = ("compute", "tp", "cp", "ep", "dp", "pp")
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operator of one rank.
+
+    kind: gemm | attention | memory (compute stream) or a collective name (communication stream).
+    flops: floating-point operations executed by one instance (FLOPs).
+    bytes_moved: HBM traffic of one instance (bytes) for compute ops; message size (bytes, the full
+        buffer) for collectives.
+    saved_bytes: activation bytes kept resident for the backward pass, all instances together.
+    shape: (m, n, k) for GEMMs, (batch*heads, q_len, kv_len, head_dim) for attention, else None.
+    group: the parallel group a collective spans (tp, cp, ep, dp, pp).
+    count: identical instances run back to back (e.g. the experts of a grouped GEMM).
+    """
+
+    name: str
+    kind: str
+    stream: str = "compute"
+    flops: float = 0.0
+    bytes_moved: float = 0.0
+    saved_bytes: float = 0.0
+    shape: tuple[int, ...] | None = None
+    group: str | None = None
+    deps: tuple[int, ...] = ()
+    phase: str = "fwd"
+    model_flops: bool = True
+    count: int = 1
+    precision: str | None = None
+
+    @property
+    def is_comm(self) -> bool:
+        return self.kind in COLLECTIVES
+
+
+@dataclass
+class OpGraph:
+    """A DAG of operators; ``add`` returns the new operator's index for use in later ``deps``."""
+
+    ops: list[Op] = field(default_factory=list)
+
+    def add(self, op: Op) -> int:
+        for dep in op.deps:
+            if not 0 <= dep < len(self.ops):
+                raise ValueError(f"operator '{op.name}' depends on unknown index {dep}")
+        self.ops.append(op)
+        return len(self.ops) - 1
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    def extend(self, other: OpGraph, entry_deps: tuple[int, ...] = ()) -> list[int]:
+        """Append ``other``; its source operators also wait for ``entry_deps``. Returns the new indices."""
+        offset = len(self.ops)
+        indices = []
+        for op in other.ops:
+            deps = tuple(d + offset for d in op.deps) or entry_deps
+            indices.append(self.add(replace(op, deps=deps)))
+        return indices
+
+    def sinks(self) -> list[int]:
+        """Operators nothing else waits for."""
+        used = {d for op in self.ops for d in op.deps}
+        return [i for i in range(len(self.ops)) if i not in used]
+
+    def total(self, attribute: str, *, kinds: tuple[str, ...] | None = None) -> float:
+        """Sum of an attribute (times ``count``) over operators, optionally of some kinds only."""
+        return sum(getattr(op, attribute) * op.count for op in self.ops if kinds is None or op.kind in kinds)
+
+
+def backward_of(forward: OpGraph, *, comm_swap: dict[str, str] | None = None) -> OpGraph:
+    """Derive the backward graph of a forward graph: reversed dependencies, backward costs per kind.
+
+    GEMM: a data-gradient and a weight-gradient GEMM (2x FLOPs). Flash attention: 2.5x FLOPs (the
+    backward kernel recomputes the scores and forms dQ, dK, dV). Memory-bound ops: twice the bytes.
+    Collectives turn into their transposes (all-gather <-> reduce-scatter; all-reduce stays;
+    all-to-all stays).
+    """
+    swap = comm_swap or {"all_gather": "reduce_scatter", "reduce_scatter": "all_gather"}
+    n = len(forward.ops)
+    users: list[list[int]] = [[] for _ in range(n)]
+    for index, op in enumerate(forward.ops):
+        for dep in op.deps:
+            users[dep].append(index)
+    backward = OpGraph()
+    new_index: dict[int, int] = {}
+    for index in range(n - 1, -1, -1):
+        op = forward.ops[index]
+        deps = tuple(sorted(new_index[u] for u in users[index]))
+        base = dict(deps=deps, phase="bwd", saved_bytes=0.0)
+        if op.kind == "gemm":
+            m, nn, k = op.shape
+            dgrad = backward.add(replace(op, name=op.name + ".dgrad", shape=(m, k, nn), **base))
+            wgrad = backward.add(replace(op, name=op.name + ".wgrad", shape=(k, nn, m), **{**base, "deps": deps}))
+            # the data gradient is what the previous operator waits for; the weight gradient only
+            # has to finish before the step ends, so the sink collects it.
+            new_index[index] = dgrad
+            _ = wgrad
+        elif op.kind == "attention":
+            new_index[index] = backward.add(replace(op, name=op.name + ".bwd", flops=op.flops * 2.5,
+                                                    bytes_moved=op.bytes_moved * 2.0, **base))
+        elif op.kind == "memory":
+            new_index[index] = backward.add(replace(op, name=op.name + ".bwd", bytes_moved=op.bytes_moved * 2.0,
+                                                    flops=op.flops * 2.0, **base))
+        else:
+            new_index[index] = backward.add(replace(op, name=op.name + ".bwd", kind=swap.get(op.kind, op.kind), **base))
+    return backward

@@ -1,0 +1,252 @@
+"""Transformer builders: the forward operator DAG of one layer (dense, MoE, MLA) on one rank.
+
+The graphs are per rank and per micro-batch: tensor parallelism (TP) splits heads and FFN width,
+sequence parallelism (SP) splits the norm/residual region, context parallelism (CP) splits the
+sequence with ring attention, expert parallelism (EP) spreads experts with all-to-all dispatch and
+combine. Activation bytes are 16-bit (2 bytes per element) as in mixed-precision training.
+Units: FLOPs, bytes, tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from windtunnel.graph.ops import Op, OpGraph
+from windtunnel.specs.model import ModelSpec
+
+ACT_BYTES = 2  # bf16/fp16 activations
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """How one layer is split on a rank, and the kernels it uses."""
+
+    tp: int = 1
+    sp: bool = False
+    cp: int = 1
+    ep: int = 1
+    micro_batch: int = 1
+    seq_len: int = 2048
+    flash_attention: bool = True
+    moe_imbalance: float = 1.0
+    dispatch_bytes: float = ACT_BYTES
+    precision: str = "bf16"
+
+    @property
+    def tokens(self) -> int:
+        """Tokens this rank's attention processes per micro-batch (sequence split by CP)."""
+        return self.micro_batch * self.seq_len // self.cp
+
+    @property
+    def sp_tokens(self) -> int:
+        """Tokens held by this rank in the SP region (norms, residuals, router)."""
+        return self.tokens // self.tp if self.sp and self.tp > 1 else self.tokens
+
+
+class _Builder:
+    def __init__(self, model: ModelSpec, shard: Sharding) -> None:
+        self.model = model
+        self.s = shard
+        self.g = OpGraph()
+
+    # -- helpers -------------------------------------------------------------------------------
+    def gemm(self, name: str, m: int, n: int, k: int, deps: tuple[int, ...], *, saved: float | None = None,
+             count: int = 1, model_flops: bool = True, sp_input: bool = False) -> int:
+        # Traffic: read A (m x k) and B (k x n), write C (m x n), 16-bit operands.
+        moved = ACT_BYTES * (m * k + k * n + m * n)
+        saved_bytes = ACT_BYTES * m * k * count if saved is None else saved
+        if sp_input and self.s.sp and self.s.tp > 1:
+            saved_bytes /= self.s.tp
+        return self.g.add(Op(name, "gemm", flops=2.0 * m * n * k, bytes_moved=moved, saved_bytes=saved_bytes,
+                             shape=(m, n, k), deps=deps, count=count, model_flops=model_flops,
+                             precision=self.s.precision))
+
+    def memory(self, name: str, elements: float, deps: tuple[int, ...], *, passes: float = 2.0,
+               saved: float = 0.0, flops_per_element: float = 1.0) -> int:
+        return self.g.add(Op(name, "memory", flops=flops_per_element * elements,
+                             bytes_moved=passes * ACT_BYTES * elements, saved_bytes=saved, deps=deps,
+                             model_flops=False))
+
+    def comm(self, name: str, kind: str, group: str, message_bytes: float, deps: tuple[int, ...]) -> int:
+        return self.g.add(Op(name, kind, stream=group, bytes_moved=message_bytes, group=group, deps=deps))
+
+    # -- TP boundaries -------------------------------------------------------------------------
+    def enter_tp(self, name: str, deps: tuple[int, ...]) -> tuple[int, ...]:
+        """Entering a column-parallel region: SP all-gathers the sequence; plain TP needs nothing forward."""
+        s = self.s
+        if s.tp > 1 and s.sp:
+            return (self.comm(name + ".ag", "all_gather", "tp", ACT_BYTES * s.tokens * self.model.hidden, deps),)
+        return deps
+
+    def exit_tp(self, name: str, deps: tuple[int, ...]) -> tuple[int, ...]:
+        """Leaving a row-parallel region: SP reduce-scatters, plain TP all-reduces the output."""
+        s = self.s
+        if s.tp == 1:
+            return deps
+        kind = "reduce_scatter" if s.sp else "all_reduce"
+        return (self.comm(name + (".rs" if s.sp else ".ar"), kind, "tp", ACT_BYTES * s.tokens * self.model.hidden, deps),)
+
+    def norm(self, name: str, deps: tuple[int, ...]) -> tuple[int, ...]:
+        elements = self.s.sp_tokens * self.model.hidden
+        return (self.memory(name, elements, deps, saved=ACT_BYTES * elements, flops_per_element=5.0),)
+
+    # -- attention -----------------------------------------------------------------------------
+    def attention(self, x: tuple[int, ...]) -> tuple[int, ...]:
+        m, s = self.model, self.s
+        t = s.tp
+        h = m.hidden
+        x = self.norm("attn_norm", x)
+        x = self.enter_tp("attn", x)
+        tokens = s.tokens
+        heads = m.heads // t
+        if m.mla is not None:
+            a = m.mla
+            qk_dim = a.qk_nope_head_dim + a.qk_rope_head_dim
+            v_dim = a.v_head_dim
+            if a.q_lora_rank:
+                q_down = self.gemm("q_down_proj", tokens, a.q_lora_rank, h, x, sp_input=True)
+                q_norm = self.memory("q_norm", tokens * a.q_lora_rank, (q_down,), saved=ACT_BYTES * tokens * a.q_lora_rank)
+                q = self.gemm("q_up_proj", tokens, heads * qk_dim, a.q_lora_rank, (q_norm,))
+            else:
+                q = self.gemm("q_proj", tokens, heads * qk_dim, h, x, sp_input=True)
+            kv_down = self.gemm("kv_down_proj", tokens, a.kv_lora_rank + a.qk_rope_head_dim, h, x, sp_input=True)
+            kv_norm = self.memory("kv_norm", tokens * a.kv_lora_rank, (kv_down,), saved=ACT_BYTES * tokens * a.kv_lora_rank)
+            kv = self.gemm("kv_up_proj", tokens, heads * (a.qk_nope_head_dim + v_dim), a.kv_lora_rank, (kv_norm,))
+            qkv = (q, kv)
+            kv_heads = heads
+        else:
+            qk_dim = v_dim = m.head_dim
+            kv_heads = max(1, m.kv_heads // t)
+            qkv = (self.gemm("qkv_proj", tokens, (heads + 2 * kv_heads) * m.head_dim, h, x, sp_input=True),)
+        rope = self.memory("rope", tokens * (heads + kv_heads) * qk_dim, qkv, passes=2.0)
+        core = self.core_attention((rope,), heads, kv_heads, qk_dim, v_dim)
+        out = self.gemm("out_proj", tokens, h, heads * v_dim, core)
+        out = self.exit_tp("attn", (out,))
+        residual_saved = ACT_BYTES / 2 * s.sp_tokens * h if m.dropout else 0.0
+        return (self.memory("attn_residual", s.sp_tokens * h, out, passes=3.0, saved=residual_saved),)
+
+    def core_attention(self, deps: tuple[int, ...], heads: int, kv_heads: int, qk_dim: int, v_dim: int) -> tuple[int, ...]:
+        """Causal self-attention on this rank's queries against the full (ring-gathered) keys."""
+        m, s = self.model, self.s
+        b = s.micro_batch
+        q_len = s.seq_len // s.cp
+        kv_len = s.seq_len
+        # Causal masking halves the score matrix; a sliding window caps each query's keys.
+        effective_kv = kv_len / 2.0
+        if m.attention_window:
+            windowed = min(float(m.attention_window), effective_kv)
+            effective_kv = (1 - m.windowed_layer_fraction) * effective_kv + m.windowed_layer_fraction * windowed
+        score_flops = 2.0 * b * heads * q_len * effective_kv * qk_dim
+        value_flops = 2.0 * b * heads * q_len * effective_kv * v_dim
+        qkv_bytes = ACT_BYTES * b * q_len * (heads * qk_dim + kv_heads * (qk_dim + v_dim))
+        out_bytes = ACT_BYTES * b * q_len * heads * v_dim
+        ring = deps
+        if s.cp > 1:
+            # Ring attention: keys/values of every other CP rank pass by in cp-1 steps; the engine
+            # overlaps each step's transfer with the attention on the previous block.
+            kv_block = ACT_BYTES * b * q_len * kv_heads * (qk_dim + v_dim)
+            ring = (self.comm("cp_kv_ring", "send_recv", "cp", kv_block * (s.cp - 1), deps),)
+        if s.flash_attention:
+            # Q, K, V and the fp32 log-sum-exp; the output O is saved once, as the out projection's input.
+            saved = qkv_bytes + 4.0 * b * heads * q_len
+            first = self.g.add(Op("core_attention", "attention", flops=(score_flops + value_flops) / max(1, s.cp),
+                                  bytes_moved=qkv_bytes + out_bytes, saved_bytes=saved / max(1, s.cp),
+                                  shape=(b * heads, q_len, kv_len, qk_dim), deps=deps, precision="bf16"))
+            if s.cp == 1:
+                return (first,)
+            rest = self.g.add(Op("core_attention_ring", "attention",
+                                 flops=(score_flops + value_flops) * (s.cp - 1) / s.cp,
+                                 bytes_moved=(qkv_bytes + out_bytes) * (s.cp - 1), saved_bytes=saved * (s.cp - 1) / s.cp,
+                                 shape=(b * heads, q_len, kv_len, qk_dim), deps=(first, *ring), precision="bf16"))
+            return (rest,)
+        # Unfused attention (pre-FlashAttention Megatron): batched GEMMs plus softmax and dropout on the
+        # full score matrix, whose activations are what selective recomputation avoids storing.
+        scores = b * heads * q_len * kv_len
+        qk = self.g.add(Op("attn_scores", "gemm", flops=2.0 * q_len * kv_len * qk_dim,
+                           bytes_moved=qkv_bytes + ACT_BYTES * scores, saved_bytes=ACT_BYTES * b * q_len * heads * qk_dim * 2,
+                           shape=(q_len, kv_len, qk_dim), count=b * heads, deps=ring, precision="bf16"))
+        softmax = self.memory("attn_softmax", scores, (qk,), passes=2.0, saved=ACT_BYTES * scores)
+        dropout = self.memory("attn_dropout", scores, (softmax,), passes=2.5, saved=1.5 * ACT_BYTES * scores)
+        pv = self.g.add(Op("attn_values", "gemm", flops=2.0 * q_len * kv_len * v_dim, bytes_moved=ACT_BYTES * scores + out_bytes,
+                           saved_bytes=ACT_BYTES * b * q_len * heads * v_dim, shape=(q_len, v_dim, kv_len),
+                           count=b * heads, deps=(dropout,), precision="bf16"))
+        return (pv,)
+
+    # -- feed-forward --------------------------------------------------------------------------
+    def mlp_ops(self, prefix: str, tokens: int, width: int, deps: tuple[int, ...], count: int = 1,
+                sp_input: bool = False) -> int:
+        """Up (and gate) projection, activation, down projection: returns the down projection's index."""
+        m = self.model
+        up_width = 2 * width if m.activation == "swiglu" else width
+        up = self.gemm(prefix + ".up_proj", tokens, up_width, m.hidden, deps, count=count, sp_input=sp_input)
+        act_saved = ACT_BYTES * tokens * up_width * count
+        act = self.memory(prefix + ".act", tokens * up_width * count, (up,), passes=1.5, saved=act_saved)
+        return self.gemm(prefix + ".down_proj", tokens, m.hidden, width, (act,), count=count)
+
+    def dense_mlp(self, x: tuple[int, ...]) -> tuple[int, ...]:
+        m, s = self.model, self.s
+        x = self.norm("mlp_norm", x)
+        x = self.enter_tp("mlp", x)
+        down = self.mlp_ops("mlp", s.tokens, m.ffn_hidden // s.tp, x, sp_input=True)
+        out = self.exit_tp("mlp", (down,))
+        residual_saved = ACT_BYTES / 2 * s.sp_tokens * m.hidden if m.dropout else 0.0
+        return (self.memory("mlp_residual", s.sp_tokens * m.hidden, out, passes=3.0, saved=residual_saved),)
+
+    def moe_mlp(self, x: tuple[int, ...]) -> tuple[int, ...]:
+        m, s = self.model, self.s
+        moe = m.moe
+        x = self.norm("moe_norm", x)
+        tokens = s.sp_tokens  # Megatron's all-to-all dispatcher routes the SP-sharded tokens
+        router = self.gemm("router", tokens, moe.experts, m.hidden, x)
+        # The router's top-k/softmax is small; the permutation copies every routed token.
+        permute = self.memory("permute", tokens * moe.topk * m.hidden, (router,), passes=2.0, saved=0.0)
+        routed_tokens = tokens * moe.topk
+        sent = s.dispatch_bytes * routed_tokens * m.hidden
+        dispatch = self.comm("dispatch", "all_to_all", "ep", sent, (permute,)) if s.ep > 1 else permute
+        local_experts = moe.experts // s.ep
+        # Balanced routing sends tokens*topk tokens to this rank's experts on average; the busiest
+        # rank of the EP group sets the pace, hence the imbalance factor.
+        per_expert = max(1, round(routed_tokens * s.moe_imbalance / local_experts))
+        down = self.mlp_ops("experts", per_expert, moe.ffn_hidden, (dispatch,), count=local_experts)
+        combine = self.comm("combine", "all_to_all", "ep", ACT_BYTES * routed_tokens * m.hidden, (down,)) if s.ep > 1 else down
+        unpermute = self.memory("unpermute", tokens * moe.topk * m.hidden, (combine,), passes=2.0,
+                                saved=ACT_BYTES * tokens * moe.topk * m.hidden)
+        ends = [unpermute]
+        if moe.shared_experts:
+            width = moe.shared_ffn_hidden or moe.ffn_hidden
+            # Shared experts do not wait for the dispatch, so they overlap with it.
+            shared_in = self.enter_tp("shared", x)
+            shared = self.mlp_ops("shared_experts", s.tokens, width * moe.shared_experts // s.tp, shared_in, sp_input=True)
+            ends.extend(self.exit_tp("shared", (shared,)))
+        return (self.memory("moe_residual", tokens * m.hidden, tuple(ends), passes=3.0),)
+
+
+def layer_forward(model: ModelSpec, shard: Sharding, *, moe: bool) -> OpGraph:
+    """Forward DAG of one transformer layer on one rank for one micro-batch."""
+    builder = _Builder(model, shard)
+    x = builder.attention(())
+    if moe:
+        builder.moe_mlp(x)
+    else:
+        builder.dense_mlp(x)
+    return builder.g
+
+
+def embedding_forward(model: ModelSpec, shard: Sharding) -> OpGraph:
+    """Input embedding lookup (vocab-parallel under TP) on the first pipeline stage."""
+    builder = _Builder(model, shard)
+    lookup = builder.memory("embedding", shard.tokens * model.hidden, (), passes=2.0)
+    builder.exit_tp("embedding", (lookup,))
+    return builder.g
+
+
+def head_forward(model: ModelSpec, shard: Sharding) -> OpGraph:
+    """Final norm, vocab-parallel LM head and cross-entropy loss on the last pipeline stage."""
+    builder = _Builder(model, shard)
+    x = builder.norm("final_norm", ())
+    x = builder.enter_tp("head", x)
+    logits = builder.gemm("lm_head", shard.tokens, model.vocab // shard.tp, model.hidden, x, sp_input=True)
+    # fp32 softmax cross-entropy over the vocabulary shard: a memory-bound pass over the logits.
+    builder.memory("cross_entropy", shard.tokens * model.vocab / shard.tp, (logits,), passes=4.0,
+                   saved=2.0 * ACT_BYTES * shard.tokens * model.vocab / shard.tp)
+    return builder.g

@@ -1,0 +1,1 @@
+"""Typed input specifications (hardware, model, plan) and their loaders."""

@@ -1,0 +1,180 @@
+"""Hardware: chips (peaks) and clusters (a chip on tiers of links), loaded from the YAML catalog.
+
+Units: FLOP/s for compute peaks, bytes for capacities, bytes/s per device per direction for links,
+seconds for latencies.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
+
+from windtunnel.specs.errors import WindtunnelError, choices_text
+from windtunnel.specs.validation import build
+from windtunnel.specs.yamlio import catalog_dir, read_yaml
+
+PRECISIONS = ("bf16", "fp16", "fp8")
+
+
+class Link(BaseModel):
+    """One link class as seen by one device: unidirectional bandwidth (bytes/s) and latency (s)."""
+
+    model_config = ConfigDict(extra="forbid")
+    bandwidth: PositiveFloat
+    latency: float = Field(ge=0.0)
+    link: str = ""
+
+
+class Chip(BaseModel):
+    """An accelerator: dense peak FLOP/s per precision, HBM capacity (bytes) and bandwidth (bytes/s)."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: str = ""
+    name: str
+    vendor: str
+    generation: str
+    peak_flops: dict[str, PositiveFloat]
+    hbm_bytes: PositiveFloat
+    hbm_bandwidth: PositiveFloat
+    scale_up: Link
+    scale_out: Link
+    default_cluster: str
+    sources: dict[str, str]
+
+    def peak(self, precision: str) -> float:
+        """Dense peak FLOP/s for ``precision``; fp8 on a chip without it is an error, not a silent default."""
+        if precision not in self.peak_flops:
+            raise WindtunnelError(
+                f"Chip '{self.id}' has no native {precision} peak; precisions it supports: "
+                f"{choices_text(self.peak_flops)}.",
+                field="precision",
+            )
+        return self.peak_flops[precision]
+
+
+class Tier(BaseModel):
+    """One level of the topology: ``size`` devices share this link class (None = the whole cluster)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    size: PositiveInt | None = None
+    bandwidth: PositiveFloat
+    latency: float = Field(ge=0.0)
+    link: str = ""
+
+
+class ClusterSpec(BaseModel):
+    """A cluster template: a chip placed on tiers of links, innermost first."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: str = ""
+    name: str
+    chip: str
+    tiers: list[Tier] = Field(min_length=1)
+    sources: dict[str, str] = Field(default_factory=dict)
+
+
+class Cluster(BaseModel):
+    """A concrete cluster: a chip, its tiers and the job's device count."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: str
+    chip: Chip
+    tiers: list[Tier]
+    devices: PositiveInt
+
+    def tier_index_for_span(self, span: int) -> int:
+        """Innermost tier whose domain holds ``span`` consecutive devices."""
+        for index, tier in enumerate(self.tiers):
+            if tier.size is None or span <= tier.size:
+                return index
+        return len(self.tiers) - 1
+
+    @property
+    def node_size(self) -> int:
+        """Devices in the innermost tier (a node or a scale-up domain)."""
+        return self.tiers[0].size or self.devices
+
+
+@lru_cache(maxsize=1)
+def _catalog() -> tuple[dict[str, Chip], dict[str, ClusterSpec]]:
+    chips_doc = read_yaml(catalog_dir("hardware", "chips.yaml")) or {}
+    clusters_doc = read_yaml(catalog_dir("hardware", "clusters.yaml")) or {}
+    chips = {
+        key: build(Chip, {**value, "id": key}, f"Catalog chip '{key}'")
+        for key, value in (chips_doc.get("chips") or {}).items()
+    }
+    clusters = {
+        key: build(ClusterSpec, {**value, "id": key}, f"Catalog cluster '{key}'")
+        for key, value in (clusters_doc.get("clusters") or {}).items()
+    }
+    return chips, clusters
+
+
+def chip_names() -> list[str]:
+    """Ids of the catalog's chips."""
+    return sorted(_catalog()[0])
+
+
+def cluster_names() -> list[str]:
+    """Ids of the catalog's clusters."""
+    return sorted(_catalog()[1])
+
+
+def load_chip(name: str) -> Chip:
+    """A catalog chip by id."""
+    chips, _ = _catalog()
+    if name not in chips:
+        raise WindtunnelError(
+            f"Unknown chip '{name}' (field 'hardware'); known chips: {choices_text(chips)}.", field="hardware"
+        )
+    return chips[name]
+
+
+def _cluster_from_spec(spec: ClusterSpec, devices: int, chips: dict[str, Chip]) -> Cluster:
+    if spec.chip not in chips:
+        raise WindtunnelError(
+            f"Cluster '{spec.id}' names chip '{spec.chip}', which is not in the catalog; known chips: "
+            f"{choices_text(chips)}.",
+            field="chip",
+        )
+    tiers = list(spec.tiers)
+    last = tiers[-1]
+    if last.size is not None and devices > last.size:
+        # The template's outermost tier is bounded (e.g. a single node); a bigger job would need a
+        # fabric the template does not describe, so that is an error rather than a guess.
+        raise WindtunnelError(
+            f"Cluster '{spec.id}' holds at most {last.size} devices but the job asks for {devices} "
+            f"(field 'devices'); use at most {last.size} or a cluster with a scale-out tier.",
+            field="devices",
+        )
+    return Cluster(id=spec.id, chip=chips[spec.chip], tiers=tiers, devices=devices)
+
+
+def load_hardware(name_or_path: str, devices: int) -> Cluster:
+    """Resolve ``--hardware``: a chip id (its default cluster), a cluster id, or a cluster YAML file."""
+    if devices < 1:
+        raise WindtunnelError(f"Field 'devices' must be a positive integer, got {devices}.", field="devices")
+    chips, clusters = _catalog()
+    if name_or_path in chips:
+        chip = chips[name_or_path]
+        spec = clusters.get(chip.default_cluster)
+        if spec is None:
+            raise WindtunnelError(f"Chip '{chip.id}' names default cluster '{chip.default_cluster}', not in catalog.")
+        return _cluster_from_spec(spec, devices, chips)
+    if name_or_path in clusters:
+        return _cluster_from_spec(clusters[name_or_path], devices, chips)
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") and path.exists():
+        doc = read_yaml(path)
+        if isinstance(doc, dict) and "clusters" in doc:
+            doc = next(iter(doc["clusters"].values()))
+        spec = build(ClusterSpec, {"id": path.stem, **(doc or {})}, f"Cluster file '{path}'")
+        return _cluster_from_spec(spec, devices, chips)
+    raise WindtunnelError(
+        f"Unknown hardware '{name_or_path}' (field 'hardware'); give a chip ({choices_text(chips)}), "
+        f"a cluster ({choices_text(clusters)}) or a cluster YAML file.",
+        field="hardware",
+    )

@@ -1,0 +1,281 @@
+"""Model shapes: transformer (dense, MoE, MLA) specifications from the catalog, YAML or HF config.json.
+
+All sizes are counts (layers, features, heads, tokens); parameter counts are in parameters.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
+
+from windtunnel.specs.errors import WindtunnelError, choices_text
+from windtunnel.specs.validation import build
+from windtunnel.specs.yamlio import catalog_dir, read_json, read_yaml
+
+
+class MoESpec(BaseModel):
+    """Mixture-of-experts feed-forward: routed experts (top-k per token) plus always-on shared experts."""
+
+    model_config = ConfigDict(extra="forbid")
+    experts: PositiveInt
+    shared_experts: NonNegativeInt = 0
+    topk: PositiveInt
+    ffn_hidden: PositiveInt
+    shared_ffn_hidden: PositiveInt | None = None
+    dense_layers: NonNegativeInt = 0
+
+    @model_validator(mode="after")
+    def _check(self) -> MoESpec:
+        if self.topk > self.experts:
+            raise ValueError(f"moe.topk ({self.topk}) cannot exceed moe.experts ({self.experts})")
+        return self
+
+
+class MLASpec(BaseModel):
+    """Multi-head latent attention (DeepSeek-V2/V3): low-rank compressed queries and keys/values."""
+
+    model_config = ConfigDict(extra="forbid")
+    q_lora_rank: PositiveInt | None = None
+    kv_lora_rank: PositiveInt
+    qk_nope_head_dim: PositiveInt
+    qk_rope_head_dim: PositiveInt
+    v_head_dim: PositiveInt
+
+
+class ModelSpec(BaseModel):
+    """A decoder-only transformer's shape."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: str
+    name: str = ""
+    layers: PositiveInt
+    hidden: PositiveInt
+    ffn_hidden: PositiveInt
+    heads: PositiveInt
+    kv_heads: PositiveInt | None = None
+    head_dim: PositiveInt | None = None
+    vocab: PositiveInt = 51200
+    activation: Literal["swiglu", "gelu"] = "swiglu"
+    norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    tied_embeddings: bool = False
+    qkv_bias: bool = False
+    max_seq_len: PositiveInt | None = None
+    attention_window: PositiveInt | None = None
+    windowed_layer_fraction: float = Field(default=0.0, ge=0.0, le=1.0)
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    moe: MoESpec | None = None
+    mla: MLASpec | None = None
+    published_params_b: dict[str, float] | None = None
+    sources: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _fill(self) -> ModelSpec:
+        if self.kv_heads is None:
+            self.kv_heads = self.heads
+        if self.head_dim is None:
+            if self.hidden % self.heads:
+                raise ValueError(f"head_dim not given and hidden ({self.hidden}) is not divisible by heads ({self.heads})")
+            self.head_dim = self.hidden // self.heads
+        if self.heads % self.kv_heads:
+            raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
+        if self.moe is not None and self.moe.dense_layers > self.layers:
+            raise ValueError(f"moe.dense_layers ({self.moe.dense_layers}) exceeds layers ({self.layers})")
+        return self
+
+    # ---- derived counts (parameters) -------------------------------------------------------------
+    @property
+    def is_moe(self) -> bool:
+        return self.moe is not None
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers whose feed-forward is a mixture of experts."""
+        return 0 if self.moe is None else self.layers - self.moe.dense_layers
+
+    @property
+    def dense_layers(self) -> int:
+        """Layers whose feed-forward is a dense MLP."""
+        return self.layers - self.moe_layers
+
+    def attention_params(self) -> int:
+        """Parameters of one attention block (projections only; norms counted separately)."""
+        h = self.hidden
+        if self.mla is not None:
+            m = self.mla
+            qk_head = m.qk_nope_head_dim + m.qk_rope_head_dim
+            if m.q_lora_rank:
+                q = h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * self.heads * qk_head
+            else:
+                q = h * self.heads * qk_head
+            kv = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
+            kv += m.kv_lora_rank * self.heads * (m.qk_nope_head_dim + m.v_head_dim)
+            out = self.heads * m.v_head_dim * h
+            return q + kv + out
+        q = h * self.heads * self.head_dim
+        kv = 2 * h * self.kv_heads * self.head_dim
+        out = self.heads * self.head_dim * h
+        bias = (self.heads + 2 * self.kv_heads) * self.head_dim if self.qkv_bias else 0
+        return q + kv + out + bias
+
+    def mlp_params(self, width: int) -> int:
+        """Parameters of one dense MLP of intermediate ``width``."""
+        mats = 3 if self.activation == "swiglu" else 2
+        return mats * self.hidden * width
+
+    def expert_params(self) -> int:
+        """Parameters of one routed expert."""
+        return self.mlp_params(self.moe.ffn_hidden) if self.moe else 0
+
+    def shared_expert_params(self) -> int:
+        """Parameters of all shared experts of one MoE layer."""
+        if not self.moe or not self.moe.shared_experts:
+            return 0
+        width = self.moe.shared_ffn_hidden or self.moe.ffn_hidden
+        return self.moe.shared_experts * self.mlp_params(width)
+
+    def embedding_params(self) -> int:
+        """Input embedding plus (untied) output head."""
+        return self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
+
+    def total_params(self) -> int:
+        """All parameters (parameters)."""
+        norms = 2 * self.hidden * self.layers + self.hidden
+        total = self.embedding_params() + norms + self.layers * self.attention_params()
+        total += self.dense_layers * self.mlp_params(self.ffn_hidden)
+        if self.moe:
+            per_layer = self.moe.experts * self.expert_params() + self.shared_expert_params() + self.hidden * self.moe.experts
+            total += self.moe_layers * per_layer
+        return total
+
+    def active_params(self) -> int:
+        """Parameters touched per token (MoE: top-k routed plus shared experts)."""
+        if not self.moe:
+            return self.total_params()
+        inactive = self.moe_layers * (self.moe.experts - self.moe.topk) * self.expert_params()
+        return self.total_params() - inactive
+
+
+# ---- loaders ----------------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=1)
+def _catalog_models() -> dict[str, dict]:
+    models = {}
+    for path in sorted(catalog_dir("models").glob("*.yaml")):
+        doc = read_yaml(path) or {}
+        models[doc.get("id", path.stem)] = doc
+    return models
+
+
+def model_names() -> list[str]:
+    """Ids of the catalog's models."""
+    return sorted(_catalog_models())
+
+
+_HF_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "deepseek_v2", "deepseek_v3")
+
+
+def model_from_hf_config(config: dict, model_id: str = "hf-model") -> ModelSpec:
+    """Build a ModelSpec from a Hugging Face ``config.json`` (Llama, Qwen2/3, Qwen3-MoE, Mixtral, DeepSeek-V2/V3)."""
+    family = str(config.get("model_type", "")).lower()
+    if family not in _HF_FAMILIES:
+        raise WindtunnelError(
+            f"Hugging Face config has model_type '{family}' (field 'model_type'), which is not supported; "
+            f"supported families: {', '.join(_HF_FAMILIES)}.",
+            field="model_type",
+        )
+    for key in ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size"):
+        if key not in config:
+            raise WindtunnelError(f"Hugging Face config lacks required field '{key}' for model_type '{family}'.", field=key)
+    heads = int(config["num_attention_heads"])
+    hidden = int(config["hidden_size"])
+    data: dict = {
+        "id": model_id,
+        "name": model_id,
+        "layers": int(config["num_hidden_layers"]),
+        "hidden": hidden,
+        "ffn_hidden": int(config.get("intermediate_size") or 4 * hidden),
+        "heads": heads,
+        "kv_heads": int(config.get("num_key_value_heads") or heads),
+        "head_dim": int(config.get("head_dim") or hidden // heads),
+        "vocab": int(config["vocab_size"]),
+        "activation": "swiglu",
+        "norm": "rmsnorm",
+        "tied_embeddings": bool(config.get("tie_word_embeddings", False)),
+        "qkv_bias": family in ("qwen2", "qwen2_moe") or bool(config.get("attention_bias", False)),
+        "max_seq_len": config.get("max_position_embeddings"),
+        "sources": {"shape": f"Hugging Face config.json ({family})"},
+    }
+    window = config.get("sliding_window")
+    if window and config.get("use_sliding_window", family in ("mistral", "mixtral")):
+        data["attention_window"] = int(window)
+        data["windowed_layer_fraction"] = 1.0
+    if family == "mixtral":
+        data["moe"] = {
+            "experts": int(config["num_local_experts"]),
+            "topk": int(config["num_experts_per_tok"]),
+            "ffn_hidden": data["ffn_hidden"],
+        }
+    elif family in ("qwen3_moe", "qwen2_moe"):
+        shared = int(config.get("shared_expert_intermediate_size") or 0)
+        sparse_step = int(config.get("decoder_sparse_step", 1) or 1)
+        if sparse_step != 1 or config.get("mlp_only_layers"):
+            raise WindtunnelError(
+                "Hugging Face config uses decoder_sparse_step/mlp_only_layers (interleaved dense layers), which is "
+                "not supported yet; only leading dense layers are (field 'decoder_sparse_step', valid: 1)."
+            )
+        data["moe"] = {
+            "experts": int(config["num_experts"]),
+            "topk": int(config["num_experts_per_tok"]),
+            "ffn_hidden": int(config["moe_intermediate_size"]),
+            "shared_experts": 1 if shared else 0,
+            "shared_ffn_hidden": shared or None,
+        }
+    elif family in ("deepseek_v2", "deepseek_v3"):
+        routed = config.get("n_routed_experts")
+        if routed:
+            shared = int(config.get("n_shared_experts") or 0)
+            data["moe"] = {
+                "experts": int(routed),
+                "topk": int(config["num_experts_per_tok"]),
+                "ffn_hidden": int(config["moe_intermediate_size"]),
+                "shared_experts": shared,
+                "shared_ffn_hidden": int(config["moe_intermediate_size"]) if shared else None,
+                "dense_layers": int(config.get("first_k_dense_replace", 0)),
+            }
+        data["mla"] = {
+            "q_lora_rank": config.get("q_lora_rank"),
+            "kv_lora_rank": int(config["kv_lora_rank"]),
+            "qk_nope_head_dim": int(config["qk_nope_head_dim"]),
+            "qk_rope_head_dim": int(config["qk_rope_head_dim"]),
+            "v_head_dim": int(config["v_head_dim"]),
+        }
+        data["head_dim"] = int(config["qk_nope_head_dim"]) + int(config["qk_rope_head_dim"])
+    return build(ModelSpec, data, f"Model from Hugging Face config '{model_id}'")
+
+
+def load_model(name_or_path: str) -> ModelSpec:
+    """Resolve ``--model``: a catalog id, a model YAML file, or a Hugging Face ``config.json``."""
+    catalog = _catalog_models()
+    if name_or_path in catalog:
+        return build(ModelSpec, catalog[name_or_path], f"Catalog model '{name_or_path}'")
+    path = Path(name_or_path)
+    if path.is_dir() and (path / "config.json").exists():
+        path = path / "config.json"
+    if path.suffix == ".json" and path.exists():
+        return model_from_hf_config(read_json(path) or {}, model_id=path.parent.name if path.name == "config.json" else path.stem)
+    if path.suffix in (".yaml", ".yml") and path.exists():
+        doc = read_yaml(path) or {}
+        if isinstance(doc, dict) and "operators" in doc:
+            raise WindtunnelError(
+                f"'{path}' is an operator-DAG model; simulate it with `windtunnel train simulate --model-dag {path}`."
+            )
+        return build(ModelSpec, {"id": path.stem, **doc} if isinstance(doc, dict) else doc, f"Model file '{path}'")
+    raise WindtunnelError(
+        f"Unknown model '{name_or_path}' (field 'model'); give a catalog model ({choices_text(catalog)}), "
+        "a model YAML file or a Hugging Face config.json.",
+        field="model",
+    )

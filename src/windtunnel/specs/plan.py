@@ -1,0 +1,181 @@
+"""Parallel plan: how one training job is split over devices, and its validation against model and cluster."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+
+from windtunnel.specs.errors import WindtunnelError
+from windtunnel.specs.model import ModelSpec
+
+Recompute = Literal["none", "selective", "full"]
+Schedule = Literal["1f1b", "interleaved", "dualpipe"]
+
+
+class Plan(BaseModel):
+    """A parallel plan. ``dp`` is derived from the device count when left at 0.
+
+    EP shares devices with DP (Megatron style): the expert layers regroup the DP x CP ranks into EP groups.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    tp: PositiveInt = 1
+    pp: PositiveInt = 1
+    dp: int = Field(default=0, ge=0)
+    cp: PositiveInt = 1
+    ep: PositiveInt = 1
+    etp: PositiveInt = 1
+    vpp: PositiveInt = 1
+    mbs: PositiveInt = 1
+    recompute: Recompute = "selective"
+    recompute_layers: int = Field(default=-1, ge=-1)
+    sp: bool = True
+    zero: int = Field(default=1, ge=0, le=3)
+    tp_overlap: bool = False
+    schedule: Schedule | None = None
+    precision: Literal["bf16", "fp16", "fp8"] = "bf16"
+
+    def to_string(self) -> str:
+        """The ``tp=..,pp=..`` form that ``--plan`` accepts."""
+        parts = [
+            f"tp={self.tp}", f"pp={self.pp}", f"dp={self.dp}", f"cp={self.cp}", f"ep={self.ep}",
+            f"vpp={self.vpp}", f"mbs={self.mbs}", f"recompute={self.recompute}",
+            f"sp={'true' if self.sp else 'false'}", f"zero={self.zero}",
+            f"tp_overlap={'true' if self.tp_overlap else 'false'}",
+            f"schedule={self.pipeline_schedule}", f"precision={self.precision}",
+        ]
+        if self.recompute_layers >= 0:
+            parts.append(f"recompute_layers={self.recompute_layers}")
+        return ",".join(parts)
+
+    @property
+    def pipeline_schedule(self) -> str:
+        """The schedule actually used: explicit, else interleaved when vpp > 1, else 1F1B."""
+        if self.schedule:
+            return self.schedule
+        return "interleaved" if self.vpp > 1 else "1f1b"
+
+    @property
+    def sequence_parallel(self) -> bool:
+        """Sequence parallelism only means something with TP > 1."""
+        return self.sp and self.tp > 1
+
+
+_ALIASES = {
+    "mb": "mbs", "micro_batch": "mbs", "microbatch": "mbs", "micro-batch": "mbs",
+    "seq_parallel": "sp", "sequence_parallel": "sp", "virtual": "vpp", "vp": "vpp",
+    "tp_comm_overlap": "tp_overlap", "overlap": "tp_overlap", "zero_stage": "zero",
+    "recompute-layers": "recompute_layers", "pipeline": "schedule",
+}
+_BOOLS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False, "on": True, "off": False}
+
+
+def parse_plan(text: str | dict | Plan) -> Plan:
+    """Parse ``tp=8,pp=16,...`` (or a mapping) into a Plan; unknown keys and bad values are clear errors."""
+    if isinstance(text, Plan):
+        return text
+    if isinstance(text, dict):
+        items = {str(k): v for k, v in text.items()}
+    else:
+        items = {}
+        for raw in str(text).replace(";", ",").split(","):
+            raw = raw.strip()
+            if not raw:
+                continue
+            if "=" not in raw:
+                raise WindtunnelError(f"Plan item '{raw}' is not of the form key=value (field 'plan'), e.g. tp=8,pp=4.")
+            key, value = (s.strip() for s in raw.split("=", 1))
+            items[key] = value
+    fields = set(Plan.model_fields)
+    data: dict = {}
+    for key, value in items.items():
+        key = _ALIASES.get(key.lower(), key.lower())
+        if key not in fields:
+            raise WindtunnelError(
+                f"Unknown plan field '{key}' (field 'plan'); valid fields: {', '.join(sorted(fields))}.", field="plan"
+            )
+        if key in ("sp", "tp_overlap") and isinstance(value, str):
+            if value.lower() not in _BOOLS:
+                raise WindtunnelError(f"Plan field '{key}' must be true or false, got '{value}'.", field=key)
+            value = _BOOLS[value.lower()]
+        if key == "zero" and isinstance(value, str) and value.lower() in ("true", "false"):
+            value = 1 if value.lower() == "true" else 0
+        if key in ("recompute", "schedule", "precision") and isinstance(value, str):
+            value = value.lower()
+        data[key] = value
+    from windtunnel.specs.validation import build
+
+    return build(Plan, data, "Plan")
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def validate_plan(plan: Plan, model: ModelSpec, devices: int, seq_len: int, global_batch: int) -> Plan:
+    """Check a plan against model, device count and batch; return it with ``dp`` filled in.
+
+    Every failure names the field, its value and the values that would be valid.
+    """
+
+    def fail(field: str, message: str) -> None:
+        raise WindtunnelError(message, field=field)
+
+    model_parallel = plan.tp * plan.pp * plan.cp
+    if devices % model_parallel:
+        fail("devices", f"Devices ({devices}) must be divisible by tp*pp*cp = {plan.tp}*{plan.pp}*{plan.cp} = "
+             f"{model_parallel}; device counts that work are multiples of {model_parallel}.")
+    dp = devices // model_parallel
+    if plan.dp and plan.dp != dp:
+        fail("dp", f"Plan field 'dp' is {plan.dp} but devices / (tp*pp*cp) = {devices}/{model_parallel} = {dp}; "
+             f"leave dp out or set dp={dp}.")
+    if model.heads % plan.tp:
+        fail("tp", f"Plan field 'tp' is {plan.tp}, which does not divide the model's {model.heads} attention heads; "
+             f"valid tp values: {', '.join(map(str, _divisors(model.heads)))}.")
+    if model.mla is None and model.kv_heads % plan.tp and plan.tp % model.kv_heads:
+        fail("tp", f"Plan field 'tp' is {plan.tp}, which neither divides nor is a multiple of the model's "
+             f"{model.kv_heads} KV heads.")
+    ffn_widths = [model.ffn_hidden] if model.dense_layers else []
+    for width in ffn_widths:
+        if width % plan.tp:
+            fail("tp", f"Plan field 'tp' is {plan.tp}, which does not divide the FFN width {width}.")
+    chunks = plan.pp * plan.vpp
+    if chunks > model.layers:
+        fail("pp", f"Plan pp*vpp = {plan.pp}*{plan.vpp} = {chunks} exceeds the model's {model.layers} layers; "
+             f"use pp*vpp <= {model.layers}.")
+    if plan.vpp > 1 and plan.pp == 1:
+        fail("vpp", f"Plan field 'vpp' is {plan.vpp} but pp is 1; interleaving needs pp > 1 (set vpp=1).")
+    if plan.ep > 1:
+        if model.moe is None:
+            fail("ep", f"Plan field 'ep' is {plan.ep} but model '{model.id}' has no experts; use ep=1.")
+        if model.moe.experts % plan.ep:
+            fail("ep", f"Plan field 'ep' is {plan.ep}, which does not divide the model's {model.moe.experts} experts; "
+                 f"valid ep values: {', '.join(str(d) for d in _divisors(model.moe.experts) if (dp * plan.cp) % d == 0)}.")
+        if (dp * plan.cp) % plan.ep:
+            fail("ep", f"Plan field 'ep' is {plan.ep}, which does not divide dp*cp = {dp * plan.cp} (EP regroups the "
+                 f"data-parallel ranks); valid ep values: "
+                 f"{', '.join(str(d) for d in _divisors(dp * plan.cp) if model.moe.experts % d == 0)}.")
+    if seq_len % (plan.cp * (2 if plan.cp > 1 else 1)):
+        fail("cp", f"Sequence length {seq_len} must be divisible by 2*cp = {2 * plan.cp} for load-balanced ring attention.")
+    if plan.sequence_parallel and seq_len % (plan.tp * plan.cp):
+        fail("sp", f"Sequence parallelism needs seq_len ({seq_len}) divisible by tp*cp = {plan.tp * plan.cp}.")
+    if global_batch % (plan.mbs * dp):
+        fail("global_batch", f"Global batch {global_batch} must be divisible by mbs*dp = {plan.mbs}*{dp} = "
+             f"{plan.mbs * dp}; nearest valid global batches: {(global_batch // (plan.mbs * dp)) * plan.mbs * dp or plan.mbs * dp}"
+             f" and {(global_batch // (plan.mbs * dp) + 1) * plan.mbs * dp}.")
+    micro_batches = global_batch // (plan.mbs * dp)
+    schedule = plan.pipeline_schedule
+    if schedule == "interleaved" and plan.pp > 1 and micro_batches % plan.pp:
+        fail("global_batch", f"The interleaved schedule needs the number of micro-batches ({micro_batches}) to be a "
+             f"multiple of pp ({plan.pp}); change global batch, mbs or vpp=1.")
+    if schedule == "dualpipe":
+        if plan.pp % 2:
+            fail("pp", f"DualPipe needs an even pp, got {plan.pp}.")
+        if micro_batches < plan.pp:
+            fail("global_batch", f"DualPipe needs at least pp ({plan.pp}) micro-batches per step, got {micro_batches}.")
+        if plan.vpp != 1:
+            fail("vpp", "DualPipe already places two chunks per device; use vpp=1 with schedule=dualpipe.")
+    if plan.recompute_layers > 0 and plan.recompute != "full":
+        fail("recompute_layers", "recompute_layers applies to recompute=full only.")
+    return plan.model_copy(update={"dp": dp})

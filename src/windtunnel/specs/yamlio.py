@@ -1,0 +1,69 @@
+"""Safe YAML/JSON reading and atomic writing shared by every loader and writer."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from windtunnel.specs.errors import WindtunnelError
+
+
+def read_yaml(path: str | Path) -> Any:
+    """Load a YAML file with ``safe_load``; malformed files raise a WindtunnelError naming the line."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise WindtunnelError(f"File not found: '{path}'.") from exc
+    except OSError as exc:
+        raise WindtunnelError(f"Cannot read '{path}': {exc.strerror}.") from exc
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        where = ""
+        mark = getattr(exc, "problem_mark", None)
+        if mark is not None:
+            where = f" at line {mark.line + 1}, column {mark.column + 1}"
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise WindtunnelError(
+            f"Malformed YAML in '{path}'{where}: {problem}. Fix the syntax (indentation, colons, quotes) and retry."
+        ) from exc
+
+
+def read_json(path: str | Path) -> Any:
+    """Load a JSON file; malformed files raise a WindtunnelError naming the line."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise WindtunnelError(f"File not found: '{path}'.") from exc
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise WindtunnelError(f"Malformed JSON in '{path}' at line {exc.lineno}, column {exc.colno}: {exc.msg}.") from exc
+
+
+def catalog_dir(*parts: str) -> Path:
+    """Path of a folder inside the built-in catalog (package data)."""
+    return Path(str(resources.files("windtunnel") / "catalog")).joinpath(*parts)
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    """Write text to ``path`` through a temporary file and a rename, so readers never see half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

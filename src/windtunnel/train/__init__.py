@@ -1,0 +1,1 @@
+"""Sim2Train: plan application, memory model, pipeline schedules, step simulation."""

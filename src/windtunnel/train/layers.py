@@ -1,0 +1,183 @@
+"""Cost of one layer (and the embedding and head) on one rank, by playing its operator DAG.
+
+Each distinct layer kind (dense, MoE; forward, backward with each recompute mode; DualPipe's
+overlapped forward+backward pair) is played once on the event engine with its own streams
+(compute, TP, CP, EP, DP), so overlap inside a layer (shared experts under the dispatch,
+weight-gradient GEMMs under the backward reduce-scatter, chunked TP overlap) comes out of the
+simulation. The pipeline level then reuses these durations. Times are seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from windtunnel.cost.collectives import collective_time
+from windtunnel.cost.compute import compute_op_time
+from windtunnel.cost.efficiency import Efficiency
+from windtunnel.engine.attribution import attribute
+from windtunnel.engine.core import Engine
+from windtunnel.graph.ops import Op, OpGraph, backward_of
+from windtunnel.specs.hardware import Cluster
+from windtunnel.train.placement import Placement
+
+SELECTIVE_OPS = ("core_attention", "core_attention_ring", "attn_scores", "attn_softmax", "attn_dropout", "attn_values")
+COMM_STREAMS = ("tp", "cp", "ep", "dp")
+CATEGORY_OF_STREAM = {"tp": "tp_comm", "cp": "cp_comm", "ep": "ep_comm", "dp": "dp_comm", "pp": "pp_comm"}
+TP_OVERLAP_CHUNKS = 4
+
+
+@dataclass
+class Played:
+    """A played DAG: wall time (seconds), seconds per category, FLOPs executed and model FLOPs."""
+
+    time: float
+    parts: dict[str, float] = field(default_factory=dict)
+    flops: float = 0.0
+    model_flops: float = 0.0
+
+    def __add__(self, other: Played) -> Played:
+        parts = dict(self.parts)
+        for key, value in other.parts.items():
+            parts[key] = parts.get(key, 0.0) + value
+        return Played(self.time + other.time, parts, self.flops + other.flops, self.model_flops + other.model_flops)
+
+    def scaled(self, factor: float) -> Played:
+        return Played(self.time * factor, {k: v * factor for k, v in self.parts.items()},
+                      self.flops * factor, self.model_flops * factor)
+
+
+ZERO = Played(0.0)
+
+
+class LayerCoster:
+    """Plays operator DAGs for one rank of a plan on a cluster."""
+
+    def __init__(self, cluster: Cluster, placement: Placement, eff: Efficiency, precision: str,
+                 *, tp_overlap: bool) -> None:
+        self.cluster = cluster
+        self.placement = placement
+        self.eff = eff
+        self.precision = precision
+        self.tp_overlap = tp_overlap
+
+    def op_time(self, op: Op) -> float:
+        """Seconds for one operator on its stream."""
+        if op.is_comm:
+            group = self.placement.group(op.group)
+            return collective_time(op.kind, op.bytes_moved, group, self.cluster, self.eff)
+        return compute_op_time(op, self.cluster.chip, self.eff, self.precision)
+
+    def _pieces(self, graph: OpGraph) -> list[int]:
+        """How many chunks each operator is split into (chunked TP overlap splits a TP collective
+        and the GEMM next to it so that they pipeline, as Megatron's userbuffer overlap does)."""
+        pieces = [1] * len(graph.ops)
+        if not self.tp_overlap:
+            return pieces
+        for index, op in enumerate(graph.ops):
+            if op.group == "tp" and op.kind in ("all_gather", "reduce_scatter"):
+                pieces[index] = TP_OVERLAP_CHUNKS
+                for dep in op.deps:
+                    if graph.ops[dep].kind == "gemm":
+                        pieces[dep] = TP_OVERLAP_CHUNKS
+                for user, other in enumerate(graph.ops):
+                    if index in other.deps and other.kind == "gemm":
+                        pieces[user] = TP_OVERLAP_CHUNKS
+        return pieces
+
+    def play(self, graphs: list[OpGraph], *, interleave: bool = False, zero3_gather: float = 0.0) -> Played:
+        """Play one or more DAGs on the same streams; ``interleave`` alternates their compute
+        segments (split at expert all-to-alls), as DualPipe does with a forward and a backward."""
+        engine = Engine()
+        order: list[tuple[int, int]] = []
+        if interleave and len(graphs) > 1:
+            segments = [_segments(g) for g in graphs]
+            longest = max(len(s) for s in segments)
+            for position in range(longest):
+                for gi, segs in enumerate(segments):
+                    if position < len(segs):
+                        order.extend((gi, oi) for oi in segs[position])
+        else:
+            order = [(gi, oi) for gi, g in enumerate(graphs) for oi in range(len(g.ops))]
+        task_of: dict[tuple[int, int], list[int]] = {}
+        flops = model_flops = 0.0
+        pieces = [self._pieces(g) for g in graphs]
+        gather = None
+        if zero3_gather > 0:
+            # ZeRO-3: this layer's parameters are gathered (prefetched while the previous layer
+            # computes, so the layer waits only for what the prefetch did not hide).
+            gather = engine.task("zero3_param_gather", "dp", zero3_gather, (), category="dp_comm")
+        for gi, oi in order:
+            op = graphs[gi].ops[oi]
+            count = pieces[gi][oi]
+            duration = self.op_time(op) / count
+            tasks = []
+            for piece in range(count):
+                deps: list[int] = []
+                for dep in op.deps:
+                    producer = task_of[(gi, dep)]
+                    deps.append(producer[min(piece, len(producer) - 1)] if len(producer) == count else producer[-1])
+                if gather is not None and not op.deps and op.stream == "compute":
+                    deps.append(gather)
+                if op.is_comm:
+                    category = CATEGORY_OF_STREAM[op.stream]
+                else:
+                    category = "recompute" if op.phase == "recompute" else "compute"
+                tasks.append(engine.task(op.name, op.stream, duration, deps, category=category))
+            task_of[(gi, oi)] = tasks
+            if not op.is_comm:
+                flops += op.flops * op.count
+                if op.model_flops and op.phase != "recompute":
+                    model_flops += op.flops * op.count
+        timeline = engine.run()
+        parts = attribute(timeline, primary="compute", others=COMM_STREAMS)
+        parts.pop("idle", None)
+        return Played(timeline.makespan, parts, flops, model_flops)
+
+
+def _segments(graph: OpGraph) -> list[list[int]]:
+    """Split a DAG's operators (in order) into segments that end at each expert all-to-all."""
+    segments: list[list[int]] = [[]]
+    for index, op in enumerate(graph.ops):
+        segments[-1].append(index)
+        if op.stream == "ep":
+            segments.append([])
+    return [s for s in segments if s]
+
+
+def recompute_graph(forward: OpGraph, mode: str) -> OpGraph:
+    """The forward work re-run before a backward: the whole layer (full) or core attention (selective)."""
+    if mode == "full":
+        return OpGraph([replace(op, phase="recompute", saved_bytes=0.0) for op in forward.ops])
+    if mode == "selective":
+        kept = OpGraph()
+        index_map: dict[int, int] = {}
+        for index, op in enumerate(forward.ops):
+            if op.name in SELECTIVE_OPS:
+                deps = tuple(index_map[d] for d in op.deps if d in index_map)
+                index_map[index] = kept.add(replace(op, phase="recompute", saved_bytes=0.0, deps=deps))
+        return kept
+    return OpGraph()
+
+
+def backward_with_recompute(forward: OpGraph, mode: str) -> list[OpGraph]:
+    """Graphs played for one backward pass: recomputation (if any) then the backward DAG."""
+    backward = backward_of(forward)
+    recompute = recompute_graph(forward, mode)
+    if not len(recompute):
+        return [backward]
+    joined = OpGraph(list(recompute.ops))
+    joined.extend(backward, entry_deps=tuple(recompute.sinks()))
+    return [joined]
+
+
+def saved_activation_bytes(forward: OpGraph, mode: str) -> float:
+    """Activation bytes one layer keeps for its backward under a recompute mode (per micro-batch)."""
+    if mode == "full":
+        first = forward.ops[0]
+        # Only the layer input is checkpointed: the (SP-sharded) hidden state, 16-bit.
+        return first.saved_bytes if first.kind == "memory" else 0.0
+    if mode == "selective":
+        # Checkpointing core attention keeps its inputs (Q, K, V) but not the score-sized
+        # softmax and dropout tensors in between (Korthikanti et al. 2022).
+        return sum(op.saved_bytes for op in forward.ops if not (op.name in SELECTIVE_OPS and op.kind == "memory"))
+    return sum(op.saved_bytes for op in forward.ops)

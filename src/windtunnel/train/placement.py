@@ -1,0 +1,55 @@
+"""Placement of a plan's parallel groups on the topology tiers (Megatron order).
+
+Dense layers order ranks TP (innermost), CP, DP, PP (outermost). Expert layers regroup the
+TP x CP x DP ranks of one pipeline stage as expert-TP (innermost), EP, expert-DP, as Megatron-Core
+does, so small EP groups stay inside a node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from windtunnel.cost.collectives import GroupPlacement, place_group
+from windtunnel.specs.hardware import Cluster
+from windtunnel.specs.plan import Plan
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Every parallel group of one rank, placed on the cluster."""
+
+    tp: GroupPlacement
+    cp: GroupPlacement
+    ep: GroupPlacement
+    dp: GroupPlacement          # dense-parameter gradient group (DP x CP ranks)
+    expert_dp: GroupPlacement   # expert-parameter gradient group
+    pp_tier: int                # tier crossed by pipeline send/recv
+
+    def group(self, name: str) -> GroupPlacement:
+        return getattr(self, name)
+
+    def describe(self, cluster: Cluster) -> dict[str, str]:
+        """Human-readable tier of each group, for assumptions and reports."""
+        out = {}
+        names = ("tp", "cp", "ep", "dp", "expert_dp") if self.ep.size > 1 else ("tp", "cp", "dp")
+        for name in names:
+            group = self.group(name)
+            if group.size > 1:
+                out[name] = f"{group.size} ranks on " + cluster.tiers[group.outermost_tier].name
+        out["pp"] = cluster.tiers[self.pp_tier].name
+        return out
+
+
+def place_plan(plan: Plan, cluster: Cluster) -> Placement:
+    """Place the plan's groups; ``plan.dp`` must already be filled in."""
+    tp, cp, dp, ep, etp = plan.tp, plan.cp, plan.dp, plan.ep, plan.etp
+    expert_dp = max(1, tp * cp * dp // (ep * etp))
+    pp_stride = tp * cp * dp
+    return Placement(
+        tp=place_group("tp", tp, 1, cluster),
+        cp=place_group("cp", cp, tp, cluster),
+        ep=place_group("ep", ep, etp, cluster),
+        dp=place_group("dp", dp * cp, tp, cluster),
+        expert_dp=place_group("expert_dp", expert_dp, ep * etp, cluster),
+        pp_tier=cluster.tier_index_for_span(pp_stride + 1) if plan.pp > 1 else 0,
+    )

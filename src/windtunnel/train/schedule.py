@@ -1,0 +1,156 @@
+"""Pipeline schedules: the order in which each pipeline rank runs forward and backward blocks.
+
+A block is (kind, micro_batch, chunk): kind "F" (forward), "B" (backward) or "FB" (a DualPipe
+forward and backward of two different micro-batches run together so that one's communication
+hides under the other's compute). The event engine plays these orders with their cross-stage
+dependencies; bubbles are what that leaves idle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Block:
+    kind: str            # "F", "B" or "FB"
+    micro_batch: int
+    chunk: int
+    partner: tuple[int, int] | None = None   # for "FB": the backward's (micro_batch, chunk)
+
+
+def one_f_one_b(pp: int, rank: int, micro_batches: int) -> list[Block]:
+    """Non-interleaved 1F1B (PipeDream-Flush): warm-up forwards, steady F/B pairs, cool-down backwards."""
+    warmup = min(micro_batches, pp - rank - 1)
+    order = [Block("F", i, 0) for i in range(warmup)]
+    for i in range(micro_batches - warmup):
+        order.append(Block("F", warmup + i, 0))
+        order.append(Block("B", i, 0))
+    order.extend(Block("B", i, 0) for i in range(micro_batches - warmup, micro_batches))
+    return order
+
+
+def interleaved(pp: int, vpp: int, rank: int, micro_batches: int) -> list[Block]:
+    """Megatron's interleaved 1F1B with ``vpp`` model chunks per rank (Narayanan et al. 2021).
+
+    Virtual micro-batch k runs chunk (k // pp) % vpp forwards (reversed for backwards) on
+    micro-batch (k // (pp*vpp)) * pp + k % pp.
+    """
+    total = micro_batches * vpp
+
+    def forward(k: int) -> Block:
+        return Block("F", (k // (pp * vpp)) * pp + k % pp, (k // pp) % vpp)
+
+    def backward(k: int) -> Block:
+        return Block("B", (k // (pp * vpp)) * pp + k % pp, vpp - 1 - (k // pp) % vpp)
+
+    warmup = min(total, (pp - rank - 1) * 2 + (vpp - 1) * pp)
+    order = [forward(k) for k in range(warmup)]
+    for i in range(total - warmup):
+        order.append(forward(warmup + i))
+        order.append(backward(i))
+    order.extend(backward(k) for k in range(total - warmup, total))
+    return order
+
+
+def dualpipe(pp: int, micro_batches: int) -> list[list[Block]]:
+    """A DualPipe-style bidirectional schedule (DeepSeek-V3 report, 2024).
+
+    Even micro-batches flow down (chunk 0: stage r on rank r), odd ones flow up (chunk 1: stage
+    r on rank pp-1-r), so each rank holds two chunks and the pipeline fills from both ends. Each
+    direction keeps at most the 1F1B number of micro-batches in flight; when a rank has both a
+    forward and a backward ready it runs them as one overlapped "FB" block. The order is found by
+    playing this policy in unit time steps, which makes it free of deadlocks by construction.
+    """
+    done: set[tuple[str, int, int]] = set()
+    next_forward = [[mb for mb in range(micro_batches) if mb % 2 == 0], [mb for mb in range(micro_batches) if mb % 2 == 1]]
+    forward_index = [[0, 0] for _ in range(pp)]
+    in_flight = [[0, 0] for _ in range(pp)]
+    pending_backward: list[list[tuple[int, int]]] = [[] for _ in range(pp)]
+    orders: list[list[Block]] = [[] for _ in range(pp)]
+
+    def stage_of(rank: int, chunk: int) -> int:
+        return rank if chunk == 0 else pp - 1 - rank
+
+    def rank_of(stage: int, chunk: int) -> int:
+        return stage if chunk == 0 else pp - 1 - stage
+
+    def forward_ready(rank: int, chunk: int) -> int | None:
+        index = forward_index[rank][chunk]
+        if index >= len(next_forward[chunk]):
+            return None
+        limit = (pp - rank) if chunk == 0 else (rank + 1)
+        if in_flight[rank][chunk] >= limit:
+            return None
+        mb = next_forward[chunk][index]
+        stage = stage_of(rank, chunk)
+        if stage > 0 and ("F", mb, stage - 1) not in done:
+            return None
+        return mb
+
+    def backward_ready(rank: int) -> tuple[int, int] | None:
+        for mb, chunk in pending_backward[rank]:
+            stage = stage_of(rank, chunk)
+            if stage == pp - 1 and ("F", mb, stage) in done:
+                return mb, chunk
+            if stage < pp - 1 and ("B", mb, stage + 1) in done:
+                return mb, chunk
+        return None
+
+    total = 2 * micro_batches * pp
+    finished = 0
+    guard = 0
+    while finished < total:
+        guard += 1
+        if guard > 4 * total + 16:
+            raise RuntimeError("DualPipe schedule did not converge")
+        completed: list[tuple[str, int, int]] = []
+        for rank in range(pp):
+            back = backward_ready(rank)
+            fwd_chunk = None
+            fwd_mb = None
+            # alternate directions so that both pipelines fill
+            for chunk in sorted((0, 1), key=lambda c: forward_index[rank][c]):
+                mb = forward_ready(rank, chunk)
+                if mb is not None:
+                    fwd_chunk, fwd_mb = chunk, mb
+                    break
+            if back is not None and fwd_mb is not None:
+                orders[rank].append(Block("FB", fwd_mb, fwd_chunk, partner=back))
+            elif back is not None:
+                orders[rank].append(Block("B", back[0], back[1]))
+            elif fwd_mb is not None:
+                orders[rank].append(Block("F", fwd_mb, fwd_chunk))
+            if back is not None:
+                pending_backward[rank].remove(back)
+                in_flight[rank][back[1]] -= 1
+                completed.append(("B", back[0], stage_of(rank, back[1])))
+                finished += 1
+            if fwd_mb is not None:
+                forward_index[rank][fwd_chunk] += 1
+                in_flight[rank][fwd_chunk] += 1
+                pending_backward[rank].append((fwd_mb, fwd_chunk))
+                completed.append(("F", fwd_mb, stage_of(rank, fwd_chunk)))
+                finished += 1
+        done.update(completed)
+    _ = rank_of
+    return orders
+
+
+def schedule_orders(name: str, pp: int, vpp: int, micro_batches: int) -> list[list[Block]]:
+    """The block order of every pipeline rank for schedule ``name``."""
+    if name == "dualpipe":
+        return dualpipe(pp, micro_batches)
+    if name == "interleaved" and vpp > 1:
+        return [interleaved(pp, vpp, rank, micro_batches) for rank in range(pp)]
+    return [one_f_one_b(pp, rank, micro_batches) for rank in range(pp)]
+
+
+def in_flight_micro_batches(name: str, pp: int, vpp: int, rank: int, micro_batches: int) -> float:
+    """Micro-batch activations (in units of one chunk's layers) a rank holds at its peak."""
+    if name == "dualpipe":
+        return float(min(micro_batches, pp + 1))
+    if name == "interleaved" and vpp > 1:
+        warmup = min(micro_batches * vpp, (pp - rank - 1) * 2 + (vpp - 1) * pp)
+        return float(warmup + 1)
+    return float(min(micro_batches, pp - rank))

@@ -1,0 +1,508 @@
+"""Simulate one training step: layer costs -> pipeline schedule on the event engine -> result.
+
+One representative rank per pipeline stage is simulated (every DP/TP/CP/EP peer of a stage does
+the same work), so the cost grows with pipeline depth and micro-batches, not with device count.
+Times are seconds, memory bytes, FLOPs as counted in :mod:`windtunnel.train.flops`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from windtunnel.cost.collectives import collective_time, p2p_time
+from windtunnel.cost.efficiency import efficiency_for
+from windtunnel.engine.attribution import attribute
+from windtunnel.engine.core import Engine, Timeline
+from windtunnel.graph.ops import OpGraph, backward_of
+from windtunnel.graph.transformer import ACT_BYTES, Sharding, embedding_forward, head_forward, layer_forward
+from windtunnel.specs.errors import WindtunnelError
+from windtunnel.specs.hardware import Cluster
+from windtunnel.specs.model import ModelSpec
+from windtunnel.specs.plan import Plan, validate_plan
+from windtunnel.train.flops import model_flops_per_token
+from windtunnel.train.layers import ZERO, LayerCoster, Played, backward_with_recompute, saved_activation_bytes
+from windtunnel.train.memory import WEIGHT_BYTES, ParamShare, device_memory
+from windtunnel.train.placement import Placement, place_plan
+from windtunnel.train.result import TrainingResult
+from windtunnel.train.schedule import Block, in_flight_micro_batches, schedule_orders
+
+GIB = float(2**30)
+
+
+@dataclass(frozen=True)
+class TrainingJob:
+    """What to simulate: a model on a cluster with a plan, sequence length (tokens) and global batch (sequences)."""
+
+    model: ModelSpec
+    cluster: Cluster
+    plan: Plan
+    seq_len: int
+    global_batch: int
+    flash_attention: bool = True
+    moe_imbalance: float = 1.1
+    grad_reduce_bytes: float = 4.0
+    fitted_override: dict | None = None
+    keep_trace: bool = False
+    extra_assumptions: tuple[str, ...] = field(default_factory=tuple)
+
+
+@dataclass
+class _Chunk:
+    """The layers one rank runs for one model chunk, with their played costs."""
+
+    rank: int
+    chunk: int
+    position: int
+    path_length: int
+    layers: list[str]
+    forward: Played = field(default_factory=lambda: Played(0.0))
+    backward: Played = field(default_factory=lambda: Played(0.0))
+    backward_pieces: list[Played] = field(default_factory=list)
+    dense_params: float = 0.0
+    expert_params: float = 0.0
+    bucket_params: list[tuple[float, float]] = field(default_factory=list)  # per backward piece (dense, expert)
+    activation_bytes: float = 0.0
+    modes: list[str] = field(default_factory=list)
+
+
+def _split_layers(kinds: list[str], parts: int) -> list[list[str]]:
+    """Split layers over ``parts`` consecutive chunks as evenly as possible (extras go to middle chunks)."""
+    base, extra = divmod(len(kinds), parts)
+    sizes = [base] * parts
+    order = sorted(range(parts), key=lambda i: (abs(i - (parts - 1) / 2), i))
+    for i in order[:extra]:
+        sizes[i] += 1
+    out, start = [], 0
+    for size in sizes:
+        out.append(kinds[start:start + size])
+        start += size
+    return out
+
+
+class _StepBuilder:
+    def __init__(self, job: TrainingJob) -> None:
+        self.job = job
+        model, cluster = job.model, job.cluster
+        self.plan = validate_plan(job.plan, model, cluster.devices, job.seq_len, job.global_batch)
+        plan = self.plan
+        self.chip = cluster.chip
+        self.chip.peak(plan.precision)  # clear error if the chip lacks this precision
+        self.placement: Placement = place_plan(plan, cluster)
+        self.eff = efficiency_for(self.chip, job.fitted_override)
+        self.schedule = plan.pipeline_schedule
+        self.micro_batches = job.global_batch // (plan.mbs * plan.dp)
+        self.shard = Sharding(tp=plan.tp, sp=plan.sequence_parallel, cp=plan.cp, ep=plan.ep, micro_batch=plan.mbs,
+                              seq_len=job.seq_len, flash_attention=job.flash_attention,
+                              moe_imbalance=job.moe_imbalance if plan.ep > 1 or model.moe else 1.0,
+                              precision=plan.precision)
+        self.coster = LayerCoster(cluster, self.placement, self.eff, plan.precision,
+                                  tp_overlap=plan.tp_overlap and plan.sequence_parallel)
+        self.forward_graphs: dict[str, OpGraph] = {"dense": layer_forward(model, self.shard, moe=False)}
+        if model.moe:
+            self.forward_graphs["moe"] = layer_forward(model, self.shard, moe=True)
+        self.forward_graphs["embedding"] = embedding_forward(model, self.shard)
+        self.forward_graphs["head"] = head_forward(model, self.shard)
+        self._played: dict[tuple[str, str], Played] = {}
+
+    # ---- parameters per device ----------------------------------------------------------------
+    def layer_params(self, kind: str) -> tuple[float, float]:
+        """(dense-sharded, expert) parameters of one layer/module on one device."""
+        model, plan = self.job.model, self.plan
+        if kind == "embedding":
+            return model.vocab * model.hidden / plan.tp, 0.0
+        if kind == "head":
+            return model.vocab * model.hidden / plan.tp + model.hidden, 0.0
+        dense = model.attention_params() / plan.tp + 2 * model.hidden
+        if kind == "moe":
+            dense += model.shared_expert_params() / plan.tp + model.hidden * model.moe.experts
+            expert = model.moe.experts // plan.ep * model.expert_params() / plan.etp
+            return dense, expert
+        return dense + model.mlp_params(model.ffn_hidden) / plan.tp, 0.0
+
+    # ---- played costs -------------------------------------------------------------------------
+    def zero3_times(self, kind: str) -> tuple[float, float]:
+        """(forward, backward) seconds of ZeRO-3 gathers/reduce-scatters for one layer and micro-batch."""
+        if self.plan.zero < 3:
+            return 0.0, 0.0
+        dense, expert = self.layer_params(kind)
+        gather = self._dp_collective("all_gather", dense, expert, WEIGHT_BYTES)
+        reduce = gather  # gradients are reduce-scattered in 16-bit, same volume as the gather
+        return gather, gather + reduce
+
+    def zero2_reduce(self, kind: str) -> float:
+        """Seconds to reduce-scatter one layer's gradients after each micro-batch (ZeRO-2/3)."""
+        if self.plan.zero < 2:
+            return 0.0
+        dense, expert = self.layer_params(kind)
+        return self._dp_collective("reduce_scatter", dense, expert, ACT_BYTES)
+
+    def _dp_collective(self, kind: str, dense: float, expert: float, bytes_per_param: float) -> float:
+        """Seconds for one collective over the parameters' data-parallel groups; the buffer is the
+        full (unsharded) set of this device's ``dense`` and ``expert`` parameters."""
+        cluster, eff = self.job.cluster, self.eff
+        return (collective_time(kind, dense * bytes_per_param, self.placement.dp, cluster, eff)
+                + collective_time(kind, expert * bytes_per_param, self.placement.expert_dp, cluster, eff))
+
+    def played(self, kind: str, phase: str) -> Played:
+        """Cost of one layer kind in a phase: fwd, or bwd-<recompute mode>."""
+        key = (kind, phase)
+        if key not in self._played:
+            graph = self.forward_graphs[kind]
+            gather_fwd, gather_bwd = self.zero3_times(kind)
+            if phase == "fwd":
+                self._played[key] = self.coster.play([graph], zero3_gather=gather_fwd)
+            else:
+                mode = phase.split("-", 1)[1]
+                graphs = backward_with_recompute(graph, mode)
+                gather = gather_bwd if self.plan.zero >= 3 else 0.0
+                played = self.coster.play(graphs, zero3_gather=gather)
+                reduce = self.zero2_reduce(kind) if self.plan.zero == 2 else 0.0
+                if reduce > played.time:
+                    # ZeRO-2 reduce-scatters run beside the next layer's backward; only what they
+                    # do not hide extends the step.
+                    played = played + Played(reduce - played.time, {"dp_comm": reduce - played.time})
+                self._played[key] = played
+        return self._played[key]
+
+    def fused(self, forward_kinds: list[str], backward_kinds: list[str], backward_modes: list[str]) -> Played:
+        """DualPipe's overlapped block: a forward chunk and a backward chunk played on shared streams,
+        layer by layer, their compute interleaved around the expert all-to-alls."""
+        total = ZERO
+        pairs = max(len(forward_kinds), len(backward_kinds))
+        for i in range(pairs):
+            graphs = []
+            if i < len(forward_kinds):
+                graphs.append(self.forward_graphs[forward_kinds[i]])
+            if i < len(backward_kinds):
+                graphs.extend(backward_with_recompute(self.forward_graphs[backward_kinds[i]], backward_modes[i]))
+            key = ("fused", "|".join(forward_kinds[i:i + 1] + backward_kinds[i:i + 1] + backward_modes[i:i + 1]))
+            if key not in self._played:
+                self._played[key] = self.coster.play(graphs, interleave=True)
+            total = total + self._played[key]
+        return total
+
+    def recompute_modes(self, count: int) -> list[str]:
+        """Recompute mode of each of a chunk's ``count`` layers (full for the first k when asked)."""
+        plan = self.plan
+        if plan.recompute == "full" and plan.recompute_layers >= 0:
+            return ["full"] * min(count, plan.recompute_layers) + ["none"] * max(0, count - plan.recompute_layers)
+        return [plan.recompute] * count
+
+    # ---- chunks -------------------------------------------------------------------------------
+    def chunks(self) -> dict[tuple[int, int], _Chunk]:
+        model, plan = self.job.model, self.plan
+        kinds = ["dense"] * model.dense_layers + ["moe"] * model.moe_layers
+        chunks: dict[tuple[int, int], _Chunk] = {}
+        if self.schedule == "dualpipe":
+            per_stage = _split_layers(kinds, plan.pp)
+            for rank in range(plan.pp):
+                for chunk in (0, 1):
+                    stage = rank if chunk == 0 else plan.pp - 1 - rank
+                    chunks[(rank, chunk)] = _Chunk(rank, chunk, stage, plan.pp, per_stage[stage])
+        else:
+            virtual = plan.pp * plan.vpp
+            per_virtual = _split_layers(kinds, virtual)
+            for v in range(virtual):
+                rank, chunk = v % plan.pp, v // plan.pp
+                chunks[(rank, chunk)] = _Chunk(rank, chunk, v, virtual, per_virtual[v])
+        for chunk in chunks.values():
+            self._cost_chunk(chunk)
+        return chunks
+
+    def _cost_chunk(self, chunk: _Chunk) -> None:
+        modules = list(chunk.layers)
+        modes = self.recompute_modes(len(modules))
+        if chunk.position == 0:
+            modules.insert(0, "embedding")
+            modes.insert(0, "none")
+        if chunk.position == chunk.path_length - 1:
+            modules.append("head")
+            modes.append("none")
+        forward = ZERO
+        pieces = []
+        activations = 0.0
+        for kind, mode in zip(modules, modes, strict=True):
+            forward = forward + self.played(kind, "fwd")
+            pieces.append(self.played(kind, f"bwd-{mode}"))
+            activations += saved_activation_bytes(self.forward_graphs[kind], mode)
+            dense, expert = self.layer_params(kind)
+            chunk.dense_params += dense
+            chunk.expert_params += expert
+            chunk.bucket_params.append((dense, expert))
+        pieces.reverse()
+        chunk.bucket_params.reverse()
+        chunk.forward = forward
+        chunk.backward_pieces = pieces
+        total = ZERO
+        for piece in pieces:
+            total = total + piece
+        chunk.backward = total
+        chunk.activation_bytes = activations
+        chunk.layers = modules
+        chunk.modes = modes
+
+    # ---- pipeline -----------------------------------------------------------------------------
+    def dp_bucket_time(self, dense: float, expert: float) -> float:
+        """Seconds to synchronise one bucket of gradients at the end of the step (ZeRO 0/1)."""
+        kind = "all_reduce" if self.plan.zero == 0 else "reduce_scatter"
+        return self._dp_collective(kind, dense, expert, self.job.grad_reduce_bytes)
+
+    def param_gather_time(self, dense: float, expert: float) -> float:
+        """Seconds to all-gather updated 16-bit parameters after a sharded optimizer step (ZeRO 1/2)."""
+        return self._dp_collective("all_gather", dense, expert, WEIGHT_BYTES)
+
+    def run(self) -> tuple[Timeline, dict[tuple[int, int], _Chunk], list[float]]:
+        plan, cluster = self.plan, self.job.cluster
+        chunks = self.chunks()
+        orders = schedule_orders(self.schedule, plan.pp, plan.vpp, self.micro_batches)
+        engine = Engine()
+        p2p_bytes = ACT_BYTES * plan.mbs * self.job.seq_len // plan.cp * self.job.model.hidden
+        if plan.sequence_parallel:
+            p2p_bytes /= plan.tp  # scatter-gather optimisation: each TP rank sends its shard
+        p2p = p2p_time(p2p_bytes, self.placement.pp_tier, cluster, self.eff) if plan.pp > 1 else 0.0
+
+        def neighbour(chunk: _Chunk, step: int) -> tuple[int, int]:
+            position = chunk.position + step
+            if self.schedule == "dualpipe":
+                rank = position if chunk.chunk == 0 else plan.pp - 1 - position
+                return rank, chunk.chunk
+            return position % plan.pp, position // plan.pp
+
+        gathers: dict[tuple[int, int], int] = {}
+        if plan.zero in (1, 2) and (self.placement.dp.size > 1 or self.placement.expert_dp.size > 1):
+            # The previous step's parameter all-gather overlaps this step's first forward passes.
+            for key, chunk in sorted(chunks.items()):
+                duration = self.param_gather_time(chunk.dense_params, chunk.expert_params)
+                gathers[key] = engine.task(f"param_gather c{key[1]}", f"r{key[0]}.dp", duration, (), category="dp_comm")
+
+        last_backward: dict[tuple[int, int], int] = {}
+        for rank, order in enumerate(orders):
+            for index, block in enumerate(order):
+                if block.kind in ("B", "FB"):
+                    mb, ch = (block.micro_batch, block.chunk) if block.kind == "B" else block.partner
+                    last_backward[(rank, ch)] = index
+
+        sends_f: dict[tuple[int, int, int], int] = {}
+        sends_b: dict[tuple[int, int, int], int] = {}
+        forward_task: dict[tuple[int, int, int], int] = {}
+        dp_tasks: dict[int, list[int]] = {rank: [] for rank in range(plan.pp)}
+        flops = [0.0] * plan.pp
+        pending = [list(enumerate(order)) for order in orders]
+        # Submit in rounds across ranks so that every dependency refers to an already-submitted task.
+        positions = [0] * plan.pp
+        progress = True
+        while progress:
+            progress = False
+            for rank in range(plan.pp):
+                while positions[rank] < len(pending[rank]):
+                    index, block = pending[rank][positions[rank]]
+                    deps = self._block_deps(block, rank, chunks, neighbour, sends_f, sends_b, forward_task, gathers)
+                    if deps is None:
+                        break
+                    self._submit(engine, block, index, rank, deps, chunks, neighbour, p2p, sends_f, sends_b,
+                                 forward_task, last_backward, dp_tasks, flops)
+                    positions[rank] += 1
+                    progress = True
+        if any(positions[r] < len(pending[r]) for r in range(plan.pp)):
+            raise WindtunnelError("Pipeline schedule deadlock: a block waits for one that never runs.")
+        # Gradient-norm all-reduce makes the optimizer step a global synchronisation point.
+        finals = [t for rank in range(plan.pp) for t in dp_tasks[rank]]
+        finals += [max(i for i, s in enumerate(engine.streams) if s == f"r{rank}") for rank in range(plan.pp)]
+        for rank in range(plan.pp):
+            owned = sum(c.dense_params / (self.placement.dp.size if plan.zero >= 1 else 1)
+                        + c.expert_params / (self.placement.expert_dp.size if plan.zero >= 1 else 1)
+                        for (r, _), c in chunks.items() if r == rank)
+            duration = owned * self.eff.optimizer_bytes_per_param / (self.chip.hbm_bandwidth * self.eff.memory_bandwidth)
+            engine.task("optimizer", f"r{rank}", duration + self.eff.kernel_overhead_s, finals, category="optimizer")
+        return engine.run(), chunks, flops
+
+    def _block_deps(self, block: Block, rank: int, chunks, neighbour, sends_f, sends_b, forward_task, gathers):
+        deps: list[int] = []
+        items = []
+        if block.kind in ("F", "FB"):
+            items.append(("F", block.micro_batch, block.chunk))
+        if block.kind == "B":
+            items.append(("B", block.micro_batch, block.chunk))
+        if block.kind == "FB":
+            items.append(("B", *block.partner))
+        for kind, mb, ch in items:
+            chunk = chunks[(rank, ch)]
+            if kind == "F":
+                if chunk.position > 0:
+                    prev = neighbour(chunk, -1)
+                    if (mb, *prev) not in sends_f:
+                        return None
+                    deps.append(sends_f[(mb, *prev)])
+                if mb == 0 and (rank, ch) in gathers:
+                    deps.append(gathers[(rank, ch)])
+            else:
+                if (mb, rank, ch) not in forward_task:
+                    return None
+                deps.append(forward_task[(mb, rank, ch)])
+                if chunk.position < chunk.path_length - 1:
+                    nxt = neighbour(chunk, 1)
+                    if (mb, *nxt) not in sends_b:
+                        return None
+                    deps.append(sends_b[(mb, *nxt)])
+        return deps
+
+    def _submit(self, engine, block, index, rank, deps, chunks, neighbour, p2p, sends_f, sends_b, forward_task,
+                last_backward, dp_tasks, flops) -> None:
+        plan = self.plan
+        stream = f"r{rank}"
+        if block.kind == "F":
+            chunk = chunks[(rank, block.chunk)]
+            task = engine.task(f"F mb{block.micro_batch} c{block.chunk}", stream, chunk.forward.time, deps,
+                               parts=chunk.forward.parts)
+            flops[rank] += chunk.forward.flops
+            self._after_forward(engine, chunk, block.micro_batch, task, p2p, sends_f, forward_task, rank)
+            return
+        if block.kind == "FB":
+            fchunk = chunks[(rank, block.chunk)]
+            bmb, bch = block.partner
+            bchunk = chunks[(rank, bch)]
+            played = self.fused([k for k in fchunk.layers], [k for k in reversed(bchunk.layers)],
+                                list(reversed(bchunk.modes)))
+            task = engine.task(f"F mb{block.micro_batch} c{block.chunk} + B mb{bmb} c{bch}", stream, played.time, deps,
+                               parts=played.parts)
+            flops[rank] += played.flops
+            self._after_forward(engine, fchunk, block.micro_batch, task, p2p, sends_f, forward_task, rank)
+            self._after_backward(engine, bchunk, bmb, [task], p2p, sends_b, rank)
+            if last_backward.get((rank, bch)) == index:
+                self._dp_sync(engine, bchunk, [task] * len(bchunk.bucket_params), rank, dp_tasks)
+            return
+        chunk = chunks[(rank, block.chunk)]
+        flops[rank] += chunk.backward.flops
+        is_last = last_backward.get((rank, block.chunk)) == index
+        needs_sync = plan.zero <= 1 and (self.placement.dp.size > 1 or self.placement.expert_dp.size > 1)
+        if is_last and needs_sync:
+            # The last micro-batch's backward is played layer by layer so that each layer's
+            # gradient bucket starts reducing while earlier layers still compute.
+            tasks = []
+            for i, piece in enumerate(chunk.backward_pieces):
+                tasks.append(engine.task(f"B mb{block.micro_batch} c{block.chunk} L{i}", stream, piece.time,
+                                         deps if i == 0 else [tasks[-1]], parts=piece.parts))
+            self._after_backward(engine, chunk, block.micro_batch, tasks, p2p, sends_b, rank)
+            self._dp_sync(engine, chunk, tasks, rank, dp_tasks)
+            return
+        task = engine.task(f"B mb{block.micro_batch} c{block.chunk}", stream, chunk.backward.time, deps,
+                           parts=chunk.backward.parts)
+        self._after_backward(engine, chunk, block.micro_batch, [task], p2p, sends_b, rank)
+
+    def _after_forward(self, engine, chunk, mb, task, p2p, sends_f, forward_task, rank) -> None:
+        forward_task[(mb, rank, chunk.chunk)] = task
+        if chunk.position < chunk.path_length - 1:
+            sends_f[(mb, rank, chunk.chunk)] = engine.task(f"send F mb{mb}", f"r{rank}.pp", p2p, [task],
+                                                           category="pp_comm")
+
+    def _after_backward(self, engine, chunk, mb, tasks, p2p, sends_b, rank) -> None:
+        if chunk.position > 0:
+            sends_b[(mb, rank, chunk.chunk)] = engine.task(f"send B mb{mb}", f"r{rank}.pp", p2p, [tasks[-1]],
+                                                           category="pp_comm")
+
+    def _dp_sync(self, engine, chunk, tasks, rank, dp_tasks) -> None:
+        if self.plan.zero >= 2:
+            return
+        for (dense, expert), task in zip(chunk.bucket_params, tasks, strict=False):
+            duration = self.dp_bucket_time(dense, expert)
+            dp_tasks[rank].append(engine.task("grad_sync", f"r{rank}.dp", duration, [task], category="dp_comm"))
+
+
+def simulate(job: TrainingJob) -> TrainingResult:
+    """Simulate one training step of ``job``; infeasible memory is a result, invalid input an error."""
+    builder = _StepBuilder(job)
+    plan, model, cluster, chip = builder.plan, job.model, job.cluster, builder.chip
+    timeline, chunks, flops = builder.run()
+    step = timeline.makespan
+    tokens = job.global_batch * job.seq_len
+    peak = chip.peak(plan.precision)
+
+    # Breakdown: averaged over the pipeline ranks, each of which spans the whole step.
+    breakdown: dict[str, float] = {}
+    for rank in range(plan.pp):
+        parts = attribute(timeline, primary=f"r{rank}", others=(f"r{rank}.pp", f"r{rank}.dp"), until=step,
+                          idle_label="bubble")
+        for key, value in parts.items():
+            breakdown[key] = breakdown.get(key, 0.0) + value / plan.pp
+
+    # Memory: every rank, the worst one reported.
+    worst = None
+    for rank in range(plan.pp):
+        mine = [c for (r, _), c in chunks.items() if r == rank]
+        share = ParamShare(dense=sum(c.dense_params for c in mine), expert=sum(c.expert_params for c in mine),
+                           dense_dp=builder.placement.dp.size, expert_dp=builder.placement.expert_dp.size)
+        per_chunk = sum(c.activation_bytes for c in mine) / len(mine)
+        in_flight = in_flight_micro_batches(builder.schedule, plan.pp, plan.vpp, rank, builder.micro_batches)
+        activations = per_chunk * in_flight if builder.schedule != "1f1b" or plan.vpp == 1 else per_chunk * in_flight
+        buffers = 0.0
+        if model.moe and plan.ep > 1:
+            tokens_local = builder.shard.sp_tokens * model.moe.topk * model.hidden * ACT_BYTES
+            buffers += 2 * tokens_local * job.moe_imbalance
+        zero3 = 0.0
+        if plan.zero >= 3:
+            dense, expert = builder.layer_params("moe" if model.moe else "dense")
+            zero3 = 2 * (dense + expert) * WEIGHT_BYTES
+        memory = device_memory(share, plan.zero, activations, buffers, copies=2 if builder.schedule == "dualpipe" else 1,
+                               zero3_working_bytes=zero3)
+        if worst is None or memory.total > worst[1].total:
+            worst = (rank, memory)
+    worst_rank, memory = worst
+    capacity = chip.hbm_bytes
+    feasible = memory.total <= capacity
+    reason = None
+    if not feasible:
+        reason = (f"needs {memory.total / GIB:.1f} GiB per device on pipeline rank {worst_rank} "
+                  f"(weights {memory.weights / GIB:.1f}, gradients {memory.gradients / GIB:.1f}, optimizer "
+                  f"{memory.optimizer / GIB:.1f}, activations {memory.activations / GIB:.1f}, buffers+reserve "
+                  f"{(memory.buffers + memory.reserve) / GIB:.1f}), {capacity / GIB:.1f} GiB available")
+
+    model_flops = model_flops_per_token(model, job.seq_len) * tokens
+    hardware_flops_per_device = sum(flops) / plan.pp / 1.0
+    devices = cluster.devices
+    result = TrainingResult(
+        model=model.id, hardware=cluster.id, chip=chip.id, devices=devices, seq_len=job.seq_len,
+        global_batch=job.global_batch, plan=plan.to_string(), feasible=feasible, infeasible_reason=reason,
+        step_time_s=step, tokens_per_s=tokens / step, tokens_per_s_per_device=tokens / step / devices,
+        model_tflops_per_device=model_flops / step / devices / 1e12,
+        hardware_tflops_per_device=hardware_flops_per_device / step / 1e12,
+        mfu=model_flops / step / devices / peak, hfu=hardware_flops_per_device / step / peak,
+        peak_flops_name=f"{chip.id} dense {plan.precision} {peak / 1e12:.1f} TFLOP/s",
+        peak_memory_bytes=memory.total, memory_capacity_bytes=capacity, memory_breakdown=memory.as_dict(),
+        breakdown=dict(sorted(breakdown.items())), micro_batches=builder.micro_batches,
+        model_flops_per_step=model_flops, placement=builder.placement.describe(cluster),
+        assumptions=_assumptions(job, builder),
+        trace=timeline if job.keep_trace else None,
+    )
+    return result
+
+
+def _assumptions(job: TrainingJob, builder: _StepBuilder) -> list[str]:
+    plan, model = builder.plan, job.model
+    out = [
+        f"precision {plan.precision}: GEMMs at the chip's dense {plan.precision} peak; attention and activations in 16-bit",
+        "attention: " + ("fused flash-style kernel" if job.flash_attention else "unfused (scores materialised)"),
+        f"pipeline schedule {builder.schedule}; layers split as evenly as possible over "
+        f"{plan.pp * (2 if builder.schedule == 'dualpipe' else plan.vpp)} chunks",
+        f"gradients reduced in {'fp32' if job.grad_reduce_bytes == 4 else '16-bit'}; ZeRO stage {plan.zero}; Adam with fp32 master weights",
+        "memory: 16-bit weights, fp32 main gradients, 12 bytes/param optimizer state; 2 GiB framework reserve; "
+        "5% allocator fragmentation on activations",
+        "efficiencies from catalog/efficiency.yaml merged with catalog/calibration.yaml",
+    ]
+    if model.moe:
+        out.append(f"MoE load imbalance factor {job.moe_imbalance:.2f} on the busiest expert rank; 16-bit dispatch")
+    if plan.tp_overlap and not plan.sequence_parallel:
+        out.append("tp_overlap ignored: chunked TP overlap needs sequence parallelism")
+    out.extend(f"group {k}: {v}" for k, v in builder.placement.describe(job.cluster).items())
+    out.extend(job.extra_assumptions)
+    return out
+
+
+def forward_backward_graphs(model: ModelSpec, shard: Sharding, moe: bool) -> tuple[OpGraph, OpGraph]:
+    """A layer's forward and backward DAGs (exposed for inspection and tests)."""
+    forward = layer_forward(model, shard, moe=moe)
+    return forward, backward_of(forward)
+
+
+def plan_for(model: ModelSpec, cluster: Cluster, plan: Plan, seq_len: int, global_batch: int) -> Plan:
+    """The validated plan with dp filled in."""
+    return validate_plan(plan, model, cluster.devices, seq_len, global_batch)
