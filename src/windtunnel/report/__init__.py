@@ -1,0 +1,1 @@
+"""Tables, Chrome-trace (Perfetto) export and report writers."""

@@ -1,0 +1,384 @@
+"""Score training predictions on published measurements (the `validate training` and `calibrate training` verbs).
+
+Each CSV row (schema of shared/reference/training_runs.csv) becomes a job: blank fields are filled
+with stated defaults, and every filled value is listed in the row's assumptions. Rows are split
+into calibration and validation by one rule (:func:`row_role`); efficiencies are fitted on the
+calibration rows only, and the accuracy that counts is on the validation rows.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from windtunnel.cost.efficiency import clear_caches
+from windtunnel.specs.errors import WindtunnelError
+from windtunnel.specs.hardware import chip_names, load_chip, load_hardware
+from windtunnel.specs.model import ModelSpec, load_model
+from windtunnel.specs.plan import Plan
+from windtunnel.specs.yamlio import catalog_dir, write_atomic
+from windtunnel.train.flops import model_flops_per_token
+from windtunnel.train.step import TrainingJob, simulate
+
+METRICS = ("sec_per_iter", "tokens_per_s_per_device", "model_tflops_per_device", "mfu", "hfu")
+REQUIRED = ("id", "model", "hardware", "n_devices", "metric", "value")
+# Sources whose runs predate fused (flash) attention, Megatron's distributed optimizer and TP overlap.
+LEGACY_SOURCES = ("Narayanan", "Korthikanti")
+
+
+@dataclass
+class RowResult:
+    id: str
+    metric: str
+    measured: float | None
+    predicted: float | None
+    error: float | None
+    role: str
+    status: str
+    assumptions: list[str] = field(default_factory=list)
+    source: str = ""
+    group: str = ""
+
+    def as_dict(self) -> dict:
+        return {"id": self.id, "metric": self.metric, "measured": self.measured, "predicted": self.predicted,
+                "error": self.error, "role": self.role, "status": self.status, "assumptions": self.assumptions,
+                "source": self.source, "group": self.group}
+
+
+def read_rows(path: str | Path) -> list[dict[str, str]]:
+    """Read the CSV; a missing column or file is one clear error."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise WindtunnelError(f"Validation CSV not found: '{path}'.") from exc
+    reader = csv.DictReader(io.StringIO(text))
+    missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
+    if missing:
+        raise WindtunnelError(f"Validation CSV '{path}' lacks column(s) {', '.join(missing)}; expected the schema of "
+                              "shared/reference/training_runs.csv (id, model, hardware, n_devices, metric, value, ...).")
+    return list(reader)
+
+
+def _int(row: dict, key: str) -> int | None:
+    value = (row.get(key) or "").strip()
+    return int(float(value)) if value else None
+
+
+def _bool(row: dict, key: str) -> bool | None:
+    value = (row.get(key) or "").strip().lower()
+    return None if not value else value in ("true", "1", "yes")
+
+
+def row_group(row: dict) -> str:
+    """Calibration group: hardware generation and precision (16-bit or fp8)."""
+    hardware = row.get("hardware", "")
+    generation = load_chip(hardware).generation if hardware in chip_names() else hardware
+    precision = (row.get("precision") or "bf16").strip() or "bf16"
+    return f"{generation}/{'fp8' if precision == 'fp8' else '16bit'}"
+
+
+def row_role(row: dict, rows: list[dict]) -> str:
+    """The split rule: a row calibrates if it runs on a single node (<= 8 devices: compute efficiency
+    without the network in the way); a (generation, precision) group with no such row is calibrated
+    on its smallest job(s). Every other row is validation."""
+    group = row_group(row)
+    peers = [r for r in rows if row_group(r) == group and (_int(r, "n_devices") or 0) > 0]
+    if not peers:
+        return "validation"
+    smallest = min(_int(r, "n_devices") for r in peers)
+    threshold = max(8, smallest)
+    return "calibration" if (_int(row, "n_devices") or 0) <= threshold else "validation"
+
+
+def _row_model(row: dict, notes: list[str]) -> ModelSpec:
+    hidden, ffn = _int(row, "hidden"), _int(row, "ffn_hidden")
+    heads = _int(row, "heads")
+    layers = _int(row, "layers")
+    if not (hidden and heads and layers):
+        raise WindtunnelError("model shape not stated (layers/hidden/heads missing)")
+    gated = ffn is not None and ffn != 4 * hidden
+    data: dict = {
+        "id": f"row-{row['id']}", "name": row["model"], "layers": layers, "hidden": hidden,
+        "ffn_hidden": ffn or 4 * hidden, "heads": heads, "kv_heads": _int(row, "kv_heads") or heads,
+        "head_dim": _int(row, "head_dim") or hidden // heads,
+        "activation": "swiglu" if gated else "gelu", "norm": "rmsnorm" if gated else "layernorm",
+    }
+    notes.append(f"FFN {'gated (SwiGLU)' if gated else 'plain 4h (GeLU)'} inferred from ffn_hidden")
+    if _int(row, "vocab"):
+        data["vocab"] = _int(row, "vocab")
+    else:
+        data["vocab"] = 51200
+        notes.append("vocab blank: 51,200 (GPT-2 vocabulary padded, Megatron default)")
+    if not gated:
+        data["dropout"] = 0.1
+        notes.append("GPT-style model: dropout 0.1 (Megatron default)")
+    if row.get("arch") == "moe":
+        experts = _int(row, "moe_experts")
+        data["moe"] = {"experts": experts, "shared_experts": _int(row, "moe_shared_experts") or 0,
+                       "topk": _int(row, "moe_topk"), "ffn_hidden": _int(row, "moe_ffn_hidden"),
+                       "shared_ffn_hidden": _int(row, "moe_ffn_hidden") if _int(row, "moe_shared_experts") else None,
+                       "dense_layers": _int(row, "moe_dense_layers") or 0}
+    if _bool(row, "mla"):
+        reference = load_model("deepseek-v3")
+        data["mla"] = reference.mla.model_dump()
+        notes.append("MLA ranks and head dims taken from the catalog's deepseek-v3 (not in the CSV)")
+    if "oss" in row["model"].lower():
+        oss = load_model("gpt-oss-120b")
+        data["attention_window"], data["windowed_layer_fraction"] = oss.attention_window, oss.windowed_layer_fraction
+        notes.append("GPT-OSS alternating 128-token sliding window (catalog gpt-oss-120b)")
+    return ModelSpec.model_validate(data)
+
+
+def build_job(row: dict, *, fitted_override: dict | None = None) -> tuple[TrainingJob | None, list[str], str | None]:
+    """Turn a row into a job; returns (job, assumptions, skip reason)."""
+    notes: list[str] = []
+    hardware = (row.get("hardware") or "").strip()
+    if hardware not in chip_names():
+        return None, notes, f"hardware '{hardware}' is not in the catalog"
+    if row.get("metric") not in METRICS:
+        return None, notes, f"metric '{row.get('metric')}' is not one windtunnel predicts"
+    devices = _int(row, "n_devices")
+    tp, pp = _int(row, "tp"), _int(row, "pp")
+    if tp is None or pp is None:
+        return None, notes, "parallel plan not stated (tp/pp blank)"
+    if not _int(row, "global_batch"):
+        return None, notes, "global batch not stated"
+    if "MegaScale)" in row.get("model", "") or row.get("model", "").startswith("175B MegaScale"):
+        return None, notes, ("MegaScale's own system (parallel transformer block, sliding-window attention, LAMB) "
+                             "is not the plain transformer the row's fields describe")
+    try:
+        model = _row_model(row, notes)
+    except (WindtunnelError, ValueError) as exc:
+        return None, notes, f"model shape: {exc}"
+    source = row.get("source", "")
+    legacy = any(name in source for name in LEGACY_SOURCES)
+    seq_len = _int(row, "seq_len")
+    if not seq_len:
+        seq_len = 2048
+        notes.append("seq_len blank: 2,048 (same paper's other tables)")
+    precision = (row.get("precision") or "").strip()
+    if not precision:
+        precision = "bf16"
+        notes.append("precision blank: bf16 (16-bit mixed precision; fp16 has the same peak)")
+    cp = _int(row, "cp") or 1
+    ep = _int(row, "ep") or 1
+    vpp = _int(row, "vpp") or 1
+    if not _int(row, "vpp"):
+        notes.append("vpp blank: 1 (no interleaving)")
+    mbs = _int(row, "micro_batch")
+    if not mbs:
+        mbs = 1
+        notes.append("micro_batch blank: 1")
+    sp = _bool(row, "sequence_parallel")
+    if sp is None:
+        sp = not legacy and tp > 1
+        notes.append(f"sequence_parallel blank: {'on' if sp else 'off'} ({'pre-2022 Megatron' if legacy else 'Megatron default with TP'})")
+    dist_opt = _bool(row, "distributed_optimizer")
+    zero = 1 if (dist_opt or (dist_opt is None and not legacy)) else 0
+    if dist_opt is None:
+        notes.append(f"distributed_optimizer blank: ZeRO-{zero}")
+    overlap = not legacy and tp > 1 and sp
+    notes.append(f"TP communication overlap {'on (NVIDIA recipes)' if overlap else 'off'}")
+    if legacy:
+        notes.append("attention unfused (the source predates FlashAttention in Megatron)")
+    imbalance = 1.0 if "balanced" in row.get("notes", "").lower() else 1.1
+    if row.get("arch") == "moe":
+        notes.append(f"MoE imbalance {imbalance:.1f} ({'forced-balanced routing per source' if imbalance == 1.0 else 'default'})")
+    try:
+        cluster = load_hardware(hardware, devices)
+    except WindtunnelError as exc:
+        return None, notes, str(exc)
+    notes.append(f"cluster {cluster.id} (chip default)")
+    recompute = (row.get("recompute") or "").strip()
+    candidates = [recompute] if recompute else ["none", "selective", "full"]
+    job = None
+    for mode in candidates:
+        plan = Plan(tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, recompute=mode, sp=sp, zero=zero,
+                    tp_overlap=overlap, precision=precision if precision in ("bf16", "fp16", "fp8") else "bf16")
+        job = TrainingJob(model=model, cluster=cluster, plan=plan, seq_len=seq_len,
+                          global_batch=_int(row, "global_batch"), flash_attention=not legacy,
+                          moe_imbalance=imbalance, fitted_override=fitted_override)
+        if len(candidates) > 1:
+            try:
+                if simulate(job).feasible:
+                    notes.append(f"recompute blank: '{mode}' (the least recomputation that fits in memory)")
+                    break
+            except WindtunnelError:
+                continue
+    else:
+        if len(candidates) > 1:
+            notes.append("recompute blank: 'full' (nothing lighter fits)")
+    return job, notes, None
+
+
+def predict_metric(row: dict, job: TrainingJob) -> tuple[float, bool]:
+    """Predicted value of the row's metric in the source's own FLOP convention; also feasibility."""
+    result = simulate(job)
+    metric = row["metric"]
+    step = result.step_time_s
+    devices = job.cluster.devices
+    tokens = job.global_batch * job.seq_len
+    peak = job.cluster.chip.peak(job.plan.precision)
+    # Published FLOP rates (Megatron-LM, NeMo) count attention without causal savings.
+    flops = model_flops_per_token(job.model, job.seq_len, causal=False) * tokens
+    if metric == "sec_per_iter":
+        return step, result.feasible
+    if metric == "tokens_per_s_per_device":
+        return tokens / step / devices, result.feasible
+    if metric == "model_tflops_per_device":
+        return flops / step / devices / 1e12, result.feasible
+    if metric == "mfu":
+        return flops / step / devices / peak, result.feasible
+    if metric == "hfu":
+        # Narayanan et al. eq. (3): full recomputation adds one more forward of the transformer layers.
+        extra = 0.0
+        if job.plan.recompute == "full":
+            head = 2.0 * job.model.vocab * job.model.hidden
+            extra = (flops / 3.0) - head * tokens
+        return (flops + extra) / step / devices / peak, result.feasible
+    raise WindtunnelError(f"unknown metric {metric}")
+
+
+def validate_rows(rows: list[dict], *, fitted_override: dict | None = None, only: set[str] | None = None) -> list[RowResult]:
+    """Predict every row (or the ``only`` ids)."""
+    out = []
+    for row in rows:
+        if only is not None and row["id"] not in only:
+            continue
+        role = row_role(row, rows) if row.get("hardware") in chip_names() else "validation"
+        measured = float(row["value"]) if row.get("value") else None
+        try:
+            job, notes, skip = build_job(row, fitted_override=fitted_override)
+        except WindtunnelError as exc:
+            job, notes, skip = None, [], str(exc)
+        group = row_group(row) if row.get("hardware") in chip_names() else row.get("hardware", "")
+        if skip:
+            out.append(RowResult(row["id"], row["metric"], measured, None, None, role, f"skipped: {skip}", notes,
+                                 row.get("source", ""), group))
+            continue
+        try:
+            predicted, feasible = predict_metric(row, job)
+        except WindtunnelError as exc:
+            out.append(RowResult(row["id"], row["metric"], measured, None, None, role, f"skipped: {exc}", notes,
+                                 row.get("source", ""), group))
+            continue
+        error = (predicted - measured) / measured if measured else None
+        status = "predicted" if feasible else "predicted (plan over memory in the model)"
+        out.append(RowResult(row["id"], row["metric"], measured, predicted, error, role, status,
+                             [f"plan {job.plan.to_string()}", *notes], row.get("source", ""), group))
+    return out
+
+
+def summarize(results: list[RowResult]) -> dict:
+    """Median and max absolute error on validation rows, counts, and the calibration rows' errors."""
+    validation = [abs(r.error) for r in results if r.role == "validation" and r.error is not None]
+    calibration = [abs(r.error) for r in results if r.role == "calibration" and r.error is not None]
+    skipped: dict[str, int] = {}
+    for r in results:
+        if r.predicted is None:
+            skipped[r.status] = skipped.get(r.status, 0) + 1
+    return {
+        "median_abs_error": statistics.median(validation) if validation else None,
+        "max_abs_error": max(validation) if validation else None,
+        "n_predicted": sum(1 for r in results if r.predicted is not None),
+        "n_skipped": sum(1 for r in results if r.predicted is None),
+        "n_validation": len(validation),
+        "n_calibration": len(calibration),
+        "calibration_median_abs_error": statistics.median(calibration) if calibration else None,
+        "skipped_reasons": skipped,
+    }
+
+
+def report_markdown(results: list[RowResult], summary: dict, csv_path: str) -> str:
+    """The accuracy table as Markdown (validation/REPORT.md)."""
+
+    def pct(value: float | None) -> str:
+        return "" if value is None else f"{value * 100:+.1f}%"
+
+    def num(value: float | None) -> str:
+        if value is None:
+            return ""
+        return f"{value:.4g}"
+
+    lines = [
+        "# Training validation report",
+        "",
+        f"Generated by `windtunnel validate training {csv_path}`. Rows come from",
+        "`shared/reference/training_runs.csv` (copied to `validation/training_runs.csv`, sources in the file).",
+        "",
+        "**Split rule.** A row is *calibration* when it runs on a single node (<= 8 devices), which measures a",
+        "chip's compute efficiency without the network in the way; a (hardware generation, precision) group",
+        "that has no single-node row is calibrated on its smallest job(s). All other rows are *validation*.",
+        "Only the GEMM efficiency of each group is fitted (`windtunnel calibrate training`), on calibration",
+        "rows only; everything else is physics plus stated priors (catalog/efficiency.yaml).",
+        "",
+        "## Summary",
+        "",
+        f"- validation rows predicted: {summary['n_validation']}; median |error| "
+        f"**{pct(summary['median_abs_error'])}**, max |error| **{pct(summary['max_abs_error'])}**",
+        f"- calibration rows predicted: {summary['n_calibration']}; median |error| {pct(summary['calibration_median_abs_error'])}",
+        f"- rows predicted: {summary['n_predicted']}; rows skipped: {summary['n_skipped']}",
+    ]
+    for reason, count in sorted(summary["skipped_reasons"].items()):
+        lines.append(f"  - {count} x {reason}")
+    lines += ["", "## Rows", "", "| id | group | metric | measured | predicted | error | role | status |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in results:
+        flag = " **(>25%)**" if r.error is not None and abs(r.error) > 0.25 else ""
+        lines.append(f"| {r.id} | {r.group} | {r.metric} | {num(r.measured)} | {num(r.predicted)} | {pct(r.error)}{flag} | "
+                     f"{r.role} | {r.status} |")
+    lines += ["", "## Assumptions per row", ""]
+    for r in results:
+        if r.assumptions:
+            lines.append(f"- **{r.id}**: " + "; ".join(r.assumptions))
+    return "\n".join(lines) + "\n"
+
+
+# ---- calibration ---------------------------------------------------------------------------------
+
+
+def calibrate(rows: list[dict], *, write: bool = True) -> dict:
+    """Fit each group's GEMM efficiency on its calibration rows (least squares on log error)."""
+    from scipy.optimize import minimize_scalar
+
+    calibration = [r for r in rows if r.get("hardware") in chip_names() and row_role(r, rows) == "calibration"]
+    groups: dict[str, list[dict]] = {}
+    for row in calibration:
+        groups.setdefault(row_group(row), []).append(row)
+    fitted: dict = {"generations": {}}
+    report: dict = {}
+    for group, members in sorted(groups.items()):
+        generation, precision = group.split("/")
+        keys = ["bf16", "fp16"] if precision == "16bit" else ["fp8"]
+
+        def override(value: float, generation=generation, keys=keys) -> dict:
+            return {"generations": {generation: {"gemm": {"max_efficiency": dict.fromkeys(keys, value)}}}}
+
+        def loss(value: float, members=members, override=override) -> float:
+            total = 0.0
+            for r in validate_rows(members, fitted_override=override(value)):
+                if r.predicted is not None and r.measured:
+                    total += math.log(r.predicted / r.measured) ** 2
+            return total
+
+        best = minimize_scalar(loss, bounds=(0.25, 0.98), method="bounded", options={"xatol": 1e-3})
+        value = round(float(best.x), 4)
+        gen = fitted["generations"].setdefault(generation, {"gemm": {"max_efficiency": {}}})
+        gen["gemm"]["max_efficiency"].update(dict.fromkeys(keys, value))
+        report[group] = {"gemm_max_efficiency": value, "rows": [r["id"] for r in members],
+                         "rms_log_error": round(math.sqrt(best.fun / len(members)), 4)}
+    if write:
+        header = ("# Fitted efficiencies, written by `windtunnel calibrate training validation/training_runs.csv`.\n"
+                  "# Fitted on calibration rows only (single-node rows; groups without one use their smallest job).\n"
+                  "# Each value replaces the prior in efficiency.yaml for that hardware generation and precision.\n")
+        body = yaml.safe_dump({"fitted": fitted, "fit_report": report}, sort_keys=True)
+        write_atomic(catalog_dir("calibration.yaml"), header + body)
+        clear_caches()
+    return report
