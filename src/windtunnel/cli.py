@@ -109,9 +109,9 @@ def calibrate_training(
     if as_json:
         _emit_json(report)
     else:
-        for group, fit in report.items():
-            console.print(f"{group}: GEMM max efficiency {fit['gemm_max_efficiency']:.3f} "
-                          f"(rows {', '.join(fit['rows'])}; rms log error {fit['rms_log_error']:.3f})")
+        for generation, fit in report.items():
+            values = ", ".join(f"{k} {v:.3f}" for k, v in fit["parameters"].items())
+            console.print(f"{generation}: {values} (rows {', '.join(fit['rows'])}; rms log error {fit['rms_log_error']:.3f})")
 
 
 @catalog_app.command("list")

@@ -30,6 +30,7 @@ METRICS = ("sec_per_iter", "tokens_per_s_per_device", "model_tflops_per_device",
 REQUIRED = ("id", "model", "hardware", "n_devices", "metric", "value")
 # Sources whose runs predate fused (flash) attention, Megatron's distributed optimizer and TP overlap.
 LEGACY_SOURCES = ("Narayanan", "Korthikanti")
+SINGLE_NODE = 8
 
 
 @dataclass
@@ -84,17 +85,11 @@ def row_group(row: dict) -> str:
     return f"{generation}/{'fp8' if precision == 'fp8' else '16bit'}"
 
 
-def row_role(row: dict, rows: list[dict]) -> str:
-    """The split rule: a row calibrates if it runs on a single node (<= 8 devices: compute efficiency
-    without the network in the way); a (generation, precision) group with no such row is calibrated
-    on its smallest job(s). Every other row is validation."""
-    group = row_group(row)
-    peers = [r for r in rows if row_group(r) == group and (_int(r, "n_devices") or 0) > 0]
-    if not peers:
-        return "validation"
-    smallest = min(_int(r, "n_devices") for r in peers)
-    threshold = max(8, smallest)
-    return "calibration" if (_int(row, "n_devices") or 0) <= threshold else "validation"
+def row_role(row: dict, rows: list[dict] | None = None) -> str:
+    """The split rule: a row calibrates if its job runs on a single node (<= 8 devices), which measures
+    a chip's compute efficiency without the network in the way. Every other row is validation; a
+    (generation, precision) group with no single-node row keeps the catalog's priors."""
+    return "calibration" if 0 < (_int(row, "n_devices") or 0) <= SINGLE_NODE else "validation"
 
 
 def _row_model(row: dict, notes: list[str]) -> ModelSpec:
@@ -159,6 +154,8 @@ def build_job(row: dict, *, fitted_override: dict | None = None) -> tuple[Traini
         return None, notes, f"model shape: {exc}"
     source = row.get("source", "")
     legacy = any(name in source for name in LEGACY_SOURCES)
+    # MegaScale lists FlashAttention-2 among its own optimisations over the Megatron-LM baseline.
+    unfused = legacy or ("MegaScale" in source and "Megatron-LM" in row.get("model", ""))
     seq_len = _int(row, "seq_len")
     if not seq_len:
         seq_len = 2048
@@ -184,10 +181,15 @@ def build_job(row: dict, *, fitted_override: dict | None = None) -> tuple[Traini
     zero = 1 if (dist_opt or (dist_opt is None and not legacy)) else 0
     if dist_opt is None:
         notes.append(f"distributed_optimizer blank: ZeRO-{zero}")
+    if "fsdp=1" in row.get("notes", "").lower().replace(" ", ""):
+        zero = 3
+        notes.append("FSDP=1 in the source: parameters, gradients and optimizer sharded (ZeRO-3)")
     overlap = not legacy and tp > 1 and sp
     notes.append(f"TP communication overlap {'on (NVIDIA recipes)' if overlap else 'off'}")
     if legacy:
         notes.append("attention unfused (the source predates FlashAttention in Megatron)")
+    elif unfused:
+        notes.append("attention unfused (MegaScale adds FlashAttention-2 as its own optimisation over this baseline)")
     imbalance = 1.0 if "balanced" in row.get("notes", "").lower() else 1.1
     if row.get("arch") == "moe":
         notes.append(f"MoE imbalance {imbalance:.1f} ({'forced-balanced routing per source' if imbalance == 1.0 else 'default'})")
@@ -203,7 +205,7 @@ def build_job(row: dict, *, fitted_override: dict | None = None) -> tuple[Traini
         plan = Plan(tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, recompute=mode, sp=sp, zero=zero,
                     tp_overlap=overlap, precision=precision if precision in ("bf16", "fp16", "fp8") else "bf16")
         job = TrainingJob(model=model, cluster=cluster, plan=plan, seq_len=seq_len,
-                          global_batch=_int(row, "global_batch"), flash_attention=not legacy,
+                          global_batch=_int(row, "global_batch"), flash_attention=not unfused,
                           moe_imbalance=imbalance, fitted_override=fitted_override)
         if len(candidates) > 1:
             try:
@@ -314,8 +316,8 @@ def report_markdown(results: list[RowResult], summary: dict, csv_path: str) -> s
         "`shared/reference/training_runs.csv` (copied to `validation/training_runs.csv`, sources in the file).",
         "",
         "**Split rule.** A row is *calibration* when it runs on a single node (<= 8 devices), which measures a",
-        "chip's compute efficiency without the network in the way; a (hardware generation, precision) group",
-        "that has no single-node row is calibrated on its smallest job(s). All other rows are *validation*.",
+        "chip's compute efficiency without the network in the way. All other rows are *validation*. A (hardware",
+        "generation, precision) group with no single-node row keeps the catalog's prior efficiencies.",
         "Only the GEMM efficiency of each group is fitted (`windtunnel calibrate training`), on calibration",
         "rows only; everything else is physics plus stated priors (catalog/efficiency.yaml).",
         "",
@@ -345,39 +347,72 @@ def report_markdown(results: list[RowResult], summary: dict, csv_path: str) -> s
 
 
 def calibrate(rows: list[dict], *, write: bool = True) -> dict:
-    """Fit each group's GEMM efficiency on its calibration rows (least squares on log error)."""
-    from scipy.optimize import minimize_scalar
+    """Fit efficiencies on the calibration rows, one hardware generation at a time.
+
+    Per generation the free parameters are the GEMM efficiency of each precision its calibration
+    rows use, and the flash-attention efficiency (forward; backward keeps the prior's ratio to
+    forward). They are fitted jointly by least squares on the log error of the rows' metrics, so a
+    model whose attention share differs from another's pins the attention term apart from the GEMMs.
+    """
+    import dataclasses
+
+    import numpy as np
+    from scipy.optimize import minimize
+
+    from windtunnel.cost.efficiency import profile_dict
 
     calibration = [r for r in rows if r.get("hardware") in chip_names() and row_role(r, rows) == "calibration"]
-    groups: dict[str, list[dict]] = {}
+    by_generation: dict[str, list[tuple[dict, TrainingJob]]] = {}
     for row in calibration:
-        groups.setdefault(row_group(row), []).append(row)
+        job, _, skip = build_job(row, fitted_override={})
+        if job is None or skip:
+            continue
+        by_generation.setdefault(load_chip(row["hardware"]).generation, []).append((row, job))
     fitted: dict = {"generations": {}}
     report: dict = {}
-    for group, members in sorted(groups.items()):
-        generation, precision = group.split("/")
-        keys = ["bf16", "fp16"] if precision == "16bit" else ["fp8"]
+    for generation, members in sorted(by_generation.items()):
+        precisions = sorted({job.plan.precision if job.plan.precision == "fp8" else "bf16" for _, job in members})
+        flash = any(job.flash_attention for _, job in members)
+        prior = profile_dict(members[0][1].cluster.chip, fitted_override={})
+        bwd_ratio = prior["attention"]["bwd_efficiency"] / prior["attention"]["fwd_efficiency"]
+        names = [f"gemm.{p}" for p in precisions] + (["attention.fwd"] if flash else [])
 
-        def override(value: float, generation=generation, keys=keys) -> dict:
-            return {"generations": {generation: {"gemm": {"max_efficiency": dict.fromkeys(keys, value)}}}}
+        def override(values, precisions=precisions, flash=flash, bwd_ratio=bwd_ratio) -> dict:
+            gemm = {}
+            for precision, value in zip(precisions, values, strict=False):
+                keys = ["bf16", "fp16"] if precision == "bf16" else ["fp8"]
+                gemm.update(dict.fromkeys(keys, round(float(value), 4)))
+            profile: dict = {"gemm": {"max_efficiency": gemm}}
+            if flash:
+                fwd = round(float(values[-1]), 4)
+                profile["attention"] = {"fwd_efficiency": fwd, "bwd_efficiency": round(fwd * bwd_ratio, 4)}
+            return profile
 
-        def loss(value: float, members=members, override=override) -> float:
+        def loss(x, members=members, override=override, generation=generation) -> float:
+            values = np.clip(x, 0.15, 0.98)
+            fitted_now = {"generations": {generation: override(values)}}
             total = 0.0
-            for r in validate_rows(members, fitted_override=override(value)):
-                if r.predicted is not None and r.measured:
-                    total += math.log(r.predicted / r.measured) ** 2
+            for row, job in members:
+                predicted, _ = predict_metric(row, dataclasses.replace(job, fitted_override=fitted_now))
+                total += math.log(predicted / float(row["value"])) ** 2
+            # A weak pull towards the priors keeps under-determined directions where the literature puts them.
+            total += 0.01 * float(np.sum(np.log(values / start) ** 2))
             return total
 
-        best = minimize_scalar(loss, bounds=(0.25, 0.98), method="bounded", options={"xatol": 1e-3})
-        value = round(float(best.x), 4)
-        gen = fitted["generations"].setdefault(generation, {"gemm": {"max_efficiency": {}}})
-        gen["gemm"]["max_efficiency"].update(dict.fromkeys(keys, value))
-        report[group] = {"gemm_max_efficiency": value, "rows": [r["id"] for r in members],
-                         "rms_log_error": round(math.sqrt(best.fun / len(members)), 4)}
+        start = np.array([prior["gemm"]["max_efficiency"][p] for p in precisions]
+                         + ([prior["attention"]["fwd_efficiency"]] if flash else []), dtype=float)
+        best = minimize(loss, start, method="Nelder-Mead", options={"xatol": 2e-3, "fatol": 1e-5, "maxiter": 300})
+        values = np.clip(best.x, 0.15, 0.98)
+        fitted["generations"][generation] = override(values)
+        report[generation] = {
+            "parameters": {name: round(float(v), 4) for name, v in zip(names, values, strict=True)},
+            "rows": [row["id"] for row, _ in members],
+            "rms_log_error": round(math.sqrt(max(best.fun, 0.0) / len(members)), 4),
+        }
     if write:
         header = ("# Fitted efficiencies, written by `windtunnel calibrate training validation/training_runs.csv`.\n"
-                  "# Fitted on calibration rows only (single-node rows; groups without one use their smallest job).\n"
-                  "# Each value replaces the prior in efficiency.yaml for that hardware generation and precision.\n")
+                  "# Fitted on calibration rows only (single-node rows, <= 8 devices); generations without one keep\n"
+                  "# the priors of efficiency.yaml. Values replace the priors for that hardware generation.\n")
         body = yaml.safe_dump({"fitted": fitted, "fit_report": report}, sort_keys=True)
         write_atomic(catalog_dir("calibration.yaml"), header + body)
         clear_caches()

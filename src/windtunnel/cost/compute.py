@@ -15,6 +15,8 @@ from windtunnel.specs.hardware import Chip
 def gemm_time(m: int, n: int, k: int, precision: str, chip: Chip, eff: Efficiency, count: int = 1) -> float:
     """Seconds for ``count`` GEMMs of (m x k) @ (k x n), launched as one grouped kernel.
 
+    ``m`` is the operand whose rows are tokens (activations); ``k x n`` is the weight.
+
     Output tiles are padded to the tile size and scheduled in waves over the compute units, so
     skinny or small GEMMs lose efficiency the way real kernels do; a short reduction length adds
     main-loop prologue/epilogue cost. The result is the max of compute and memory time.
@@ -28,8 +30,15 @@ def gemm_time(m: int, n: int, k: int, precision: str, chip: Chip, eff: Efficienc
     compute = waves * eff.compute_units * tile_flops / (chip.peak(precision) * eff.gemm_efficiency(precision) * k_factor)
     operand_bytes = 1.0 if precision == "fp8" else 2.0
     moved = count * (operand_bytes * (m * k + k * n) + 2.0 * m * n)
-    memory = moved / (chip.hbm_bandwidth * eff.memory_bandwidth)
-    return max(compute, memory) + eff.kernel_overhead_s
+    bandwidth = chip.hbm_bandwidth * eff.memory_bandwidth
+    memory = moved / bandwidth
+    cast = 0.0
+    if precision == "fp8":
+        # FP8 GEMMs need their 16-bit activation operand quantised first (read 2 bytes, write 1,
+        # plus the amax scan): a separate memory-bound kernel per GEMM. Weights are cast once per
+        # step and cached, so they are not charged here.
+        cast = count * 3.0 * m * k / bandwidth + eff.kernel_overhead_s
+    return max(compute, memory) + cast + eff.kernel_overhead_s
 
 
 def attention_time(op: Op, chip: Chip, eff: Efficiency) -> float:

@@ -57,6 +57,7 @@ class _Chunk:
     layers: list[str]
     forward: Played = field(default_factory=lambda: Played(0.0))
     backward: Played = field(default_factory=lambda: Played(0.0))
+    forward_pieces: list[Played] = field(default_factory=list)
     backward_pieces: list[Played] = field(default_factory=list)
     dense_params: float = 0.0
     expert_params: float = 0.0
@@ -222,7 +223,8 @@ class _StepBuilder:
         pieces = []
         activations = 0.0
         for kind, mode in zip(modules, modes, strict=True):
-            forward = forward + self.played(kind, "fwd")
+            chunk.forward_pieces.append(self.played(kind, "fwd"))
+            forward = forward + chunk.forward_pieces[-1]
             pieces.append(self.played(kind, f"bwd-{mode}"))
             activations += saved_activation_bytes(self.forward_graphs[kind], mode)
             dense, expert = self.layer_params(kind)
@@ -268,12 +270,16 @@ class _StepBuilder:
                 return rank, chunk.chunk
             return position % plan.pp, position // plan.pp
 
-        gathers: dict[tuple[int, int], int] = {}
+        gathers: dict[tuple[int, int], list[int]] = {}
         if plan.zero in (1, 2) and (self.placement.dp.size > 1 or self.placement.expert_dp.size > 1):
-            # The previous step's parameter all-gather overlaps this step's first forward passes.
+            # The previous step's parameter all-gather overlaps this step's first forward pass,
+            # bucket by bucket: each layer waits only for its own parameters.
             for key, chunk in sorted(chunks.items()):
-                duration = self.param_gather_time(chunk.dense_params, chunk.expert_params)
-                gathers[key] = engine.task(f"param_gather c{key[1]}", f"r{key[0]}.dp", duration, (), category="dp_comm")
+                gathers[key] = [
+                    engine.task(f"param_gather c{key[1]} L{i}", f"r{key[0]}.dp", self.param_gather_time(dense, expert),
+                                (), category="dp_comm")
+                    for i, (dense, expert) in enumerate(reversed(chunk.bucket_params))
+                ]
 
         last_backward: dict[tuple[int, int], int] = {}
         for rank, order in enumerate(orders):
@@ -300,7 +306,7 @@ class _StepBuilder:
                     if deps is None:
                         break
                     self._submit(engine, block, index, rank, deps, chunks, neighbour, p2p, sends_f, sends_b,
-                                 forward_task, last_backward, dp_tasks, flops)
+                                 forward_task, last_backward, dp_tasks, flops, gathers)
                     positions[rank] += 1
                     progress = True
         if any(positions[r] < len(pending[r]) for r in range(plan.pp)):
@@ -333,8 +339,8 @@ class _StepBuilder:
                     if (mb, *prev) not in sends_f:
                         return None
                     deps.append(sends_f[(mb, *prev)])
-                if mb == 0 and (rank, ch) in gathers:
-                    deps.append(gathers[(rank, ch)])
+                if mb == 0 and (rank, ch) in gathers and block.kind == "FB":
+                    deps.extend(gathers[(rank, ch)])
             else:
                 if (mb, rank, ch) not in forward_task:
                     return None
@@ -347,13 +353,19 @@ class _StepBuilder:
         return deps
 
     def _submit(self, engine, block, index, rank, deps, chunks, neighbour, p2p, sends_f, sends_b, forward_task,
-                last_backward, dp_tasks, flops) -> None:
+                last_backward, dp_tasks, flops, gathers) -> None:
         plan = self.plan
         stream = f"r{rank}"
         if block.kind == "F":
             chunk = chunks[(rank, block.chunk)]
-            task = engine.task(f"F mb{block.micro_batch} c{block.chunk}", stream, chunk.forward.time, deps,
-                               parts=chunk.forward.parts)
+            if block.micro_batch == 0 and (rank, block.chunk) in gathers:
+                task = None
+                for i, (piece, gather) in enumerate(zip(chunk.forward_pieces, gathers[(rank, block.chunk)], strict=True)):
+                    task = engine.task(f"F mb0 c{block.chunk} L{i}", stream, piece.time,
+                                       [*deps, gather] if i == 0 else [task, gather], parts=piece.parts)
+            else:
+                task = engine.task(f"F mb{block.micro_batch} c{block.chunk}", stream, chunk.forward.time, deps,
+                                   parts=chunk.forward.parts)
             flops[rank] += chunk.forward.flops
             self._after_forward(engine, chunk, block.micro_batch, task, p2p, sends_f, forward_task, rank)
             return
