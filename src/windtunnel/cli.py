@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -41,7 +40,7 @@ def train_simulate(
     moe_imbalance: float = typer.Option(1.1, help="Tokens on the busiest expert rank / the balanced share."),
     no_flash: bool = typer.Option(False, "--no-flash", help="Unfused attention (scores materialised)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
-    trace: Optional[Path] = typer.Option(None, help="Write the simulated step as a Chrome trace (Perfetto)."),
+    trace: Path | None = typer.Option(None, help="Write the simulated step as a Chrome trace (Perfetto)."),
 ) -> None:
     """Simulate one training step of MODEL on HARDWARE with a parallel PLAN."""
     from windtunnel.api import simulate_training
@@ -64,7 +63,7 @@ def train_simulate(
 @validate_app.command("training")
 def validate_training(
     csv_path: Path = typer.Argument(..., help="CSV in the schema of shared/reference/training_runs.csv."),
-    out: Optional[Path] = typer.Option(None, help="Write the Markdown report here (e.g. validation/REPORT.md)."),
+    out: Path | None = typer.Option(None, help="Write the Markdown report here (e.g. validation/REPORT.md)."),
     as_json: bool = typer.Option(False, "--json", help="Print rows and summary as JSON."),
 ) -> None:
     """Predict every row of a training-measurement CSV and report the errors."""

@@ -388,7 +388,10 @@ def calibrate(rows: list[dict], *, write: bool = True) -> dict:
                 profile["attention"] = {"fwd_efficiency": fwd, "bwd_efficiency": round(fwd * bwd_ratio, 4)}
             return profile
 
-        def loss(x, members=members, override=override, generation=generation) -> float:
+        start = np.array([prior["gemm"]["max_efficiency"][p] for p in precisions]
+                         + ([prior["attention"]["fwd_efficiency"]] if flash else []), dtype=float)
+
+        def loss(x, members=members, override=override, generation=generation, start=start) -> float:
             values = np.clip(x, 0.15, 0.98)
             fitted_now = {"generations": {generation: override(values)}}
             total = 0.0
@@ -399,8 +402,6 @@ def calibrate(rows: list[dict], *, write: bool = True) -> dict:
             total += 0.01 * float(np.sum(np.log(values / start) ** 2))
             return total
 
-        start = np.array([prior["gemm"]["max_efficiency"][p] for p in precisions]
-                         + ([prior["attention"]["fwd_efficiency"]] if flash else []), dtype=float)
         best = minimize(loss, start, method="Nelder-Mead", options={"xatol": 2e-3, "fatol": 1e-5, "maxiter": 300})
         values = np.clip(best.x, 0.15, 0.98)
         fitted["generations"][generation] = override(values)

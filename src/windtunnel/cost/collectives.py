@@ -68,8 +68,21 @@ def _ring(members: int, message_bytes: float, cluster: Cluster, tier: int, eff: 
     return steps * chunk / bandwidth + steps * cluster.tiers[tier].latency
 
 
-def collective_time(kind: str, message_bytes: float, group: GroupPlacement, cluster: Cluster, eff: Efficiency) -> float:
-    """Seconds for one collective of ``message_bytes`` (the full, unsharded buffer) over ``group``."""
+def distinct_remote_domains(domains: int, copies: int) -> float:
+    """Expected number of other domains a token's ``copies`` (uniformly routed) land in."""
+    if domains <= 1:
+        return 0.0
+    return (domains - 1) * (1.0 - (1.0 - 1.0 / domains) ** copies)
+
+
+def collective_time(kind: str, message_bytes: float, group: GroupPlacement, cluster: Cluster, eff: Efficiency,
+                    *, fanout: int = 1) -> float:
+    """Seconds for one collective of ``message_bytes`` (the full, unsharded buffer) over ``group``.
+
+    For an all-to-all whose message holds ``fanout`` copies of each token (MoE dispatch/combine), a
+    deduplicating dispatcher (DeepEP-style) sends a token across an outer tier once per remote
+    domain it reaches and fans the copies out over the inner links.
+    """
     if group.size <= 1 or message_bytes <= 0:
         return 0.0
     if kind in ("all_reduce", "all_gather", "reduce_scatter"):
@@ -86,9 +99,12 @@ def collective_time(kind: str, message_bytes: float, group: GroupPlacement, clus
         # slowest tier bounds the time.
         worst = 0.0
         inside = 1
-        for tier, members in group.levels:
+        for level, (tier, members) in enumerate(group.levels):
             reach = inside * members
             share = (reach - inside) / group.size
+            if fanout > 1 and level > 0:
+                # tokens cross this tier once per distinct remote sub-domain, not once per copy
+                share = distinct_remote_domains(members, fanout) / fanout * (reach / group.size)
             data = message_bytes * share
             bandwidth = _tier_bandwidth(cluster, tier, eff, message_bytes / group.size)
             worst = max(worst, data / bandwidth + (members - 1) * cluster.tiers[tier].latency)

@@ -12,12 +12,13 @@ from collections import defaultdict
 from windtunnel.engine.core import Timeline
 
 
-def attribute(timeline: Timeline, *, primary: str, others: tuple[str, ...], until: float | None = None,
-              idle_label: str = "idle") -> dict[str, float]:
-    """Seconds per category over [0, until] for the device whose compute stream is ``primary``."""
+def attribute(timeline: Timeline, *, primary: str | tuple[str, ...], others: tuple[str, ...],
+              until: float | None = None, idle_label: str = "idle") -> dict[str, float]:
+    """Seconds per category over [0, until] for the device whose compute stream(s) are ``primary``."""
+    primary = (primary,) if isinstance(primary, str) else tuple(primary)
     horizon = timeline.makespan if until is None else until
     events: list[tuple[float, int, int]] = []  # (time, +1/-1, task)
-    considered = set((primary, *others))
+    considered = set((*primary, *others))
     for task, stream in enumerate(timeline.streams):
         if stream in considered and timeline.end[task] > timeline.start[task]:
             events.append((timeline.start[task], 1, task))
@@ -41,9 +42,9 @@ def attribute(timeline: Timeline, *, primary: str, others: tuple[str, ...], unti
     return dict(totals)
 
 
-def _credit(timeline: Timeline, active: dict[int, None], primary: str, span: float,
+def _credit(timeline: Timeline, active: dict[int, None], primary: tuple[str, ...], span: float,
             totals: dict[str, float], idle_label: str) -> None:
-    compute = [t for t in active if timeline.streams[t] == primary]
+    compute = [t for t in active if timeline.streams[t] in primary]
     if compute:
         task = compute[0]
         parts = timeline.parts[task]
@@ -54,7 +55,7 @@ def _credit(timeline: Timeline, active: dict[int, None], primary: str, span: flo
         else:
             totals[timeline.categories[task]] += span
         return
-    comms = [t for t in active if timeline.streams[t] != primary]
+    comms = [t for t in active if timeline.streams[t] not in primary]
     if not comms:
         totals[idle_label] += span
         return

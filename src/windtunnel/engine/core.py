@@ -1,9 +1,12 @@
 """A tiny discrete-event engine: tasks on in-order streams with dependencies.
 
-Each stream (a CUDA-stream-like queue on one device) runs its tasks one at a time in submission
-order; a task starts when it reaches the head of its stream and every task it depends on has
-finished. Completions are events on a heap, so overlap between streams, exposed waiting and idle
-bubbles come out of playing the events, not out of a formula. Times are in seconds.
+Each stream (a CUDA-stream-like queue on one device) runs its tasks in submission order; a task
+starts when it reaches the head of its stream, every task it depends on has finished, and the
+resource its stream runs on is free. By default every stream is its own resource; streams can
+share one (two compute streams on one GPU's SMs, two all-to-alls on one NIC), and then the free
+resource takes the earliest-submitted ready head among them. Completions are events on a heap,
+so overlap, exposed waiting and idle bubbles come out of playing the events, not out of a
+formula. Times are in seconds.
 """
 
 from __future__ import annotations
@@ -44,6 +47,12 @@ class Engine:
     deps: list[tuple[int, ...]] = field(default_factory=list)
     categories: list[str] = field(default_factory=list)
     parts: list[dict[str, float] | None] = field(default_factory=list)
+    resources: dict[str, str] = field(default_factory=dict)
+
+    def share(self, resource: str, *streams: str) -> None:
+        """Make ``streams`` run on one ``resource``: at most one of their tasks runs at a time."""
+        for stream in streams:
+            self.resources[stream] = resource
 
     def task(self, name: str, stream: str, duration: float, deps: tuple[int, ...] | list[int] = (),
              category: str = "compute", parts: dict[str, float] | None = None) -> int:
@@ -69,42 +78,51 @@ class Engine:
         queues: dict[str, list[int]] = {}
         for task, stream in enumerate(self.streams):
             queues.setdefault(stream, []).append(task)
+        resource_of = {stream: self.resources.get(stream, stream) for stream in queues}
+        members: dict[str, list[str]] = {}
+        for stream, resource in resource_of.items():
+            members.setdefault(resource, []).append(stream)
         head = dict.fromkeys(queues, 0)
-        busy = dict.fromkeys(queues, False)
+        busy = dict.fromkeys(members, False)
         start = [0.0] * n
         end = [0.0] * n
         events: list[tuple[float, int]] = []
         durations = self.durations
         streams = self.streams
 
-        def try_start(stream: str, now: float) -> None:
-            if busy[stream]:
+        def try_start(resource: str, now: float) -> None:
+            if busy[resource]:
                 return
-            queue = queues[stream]
-            position = head[stream]
-            if position < len(queue):
-                task = queue[position]
-                if remaining[task] == 0:
-                    busy[stream] = True
-                    start[task] = now
-                    finish = now + durations[task]
-                    end[task] = finish
-                    heapq.heappush(events, (finish, task))
+            chosen = -1
+            for stream in members[resource]:
+                queue = queues[stream]
+                position = head[stream]
+                if position < len(queue):
+                    task = queue[position]
+                    if remaining[task] == 0 and (chosen < 0 or task < chosen):
+                        chosen = task
+            if chosen >= 0:
+                busy[resource] = True
+                start[chosen] = now
+                finish = now + durations[chosen]
+                end[chosen] = finish
+                heapq.heappush(events, (finish, chosen))
 
-        for stream in queues:
-            try_start(stream, 0.0)
+        for resource in members:
+            try_start(resource, 0.0)
         done = 0
         while events:
             now, task = heapq.heappop(events)
             done += 1
             stream = streams[task]
-            busy[stream] = False
+            resource = resource_of[stream]
+            busy[resource] = False
             head[stream] += 1
             for user in dependents[task]:
                 remaining[user] -= 1
                 if remaining[user] == 0:
-                    try_start(streams[user], now)
-            try_start(stream, now)
+                    try_start(resource_of[streams[user]], now)
+            try_start(resource, now)
         if done != n:
             stuck = [self.names[queues[s][head[s]]] for s in queues if head[s] < len(queues[s])][:4]
             raise WindtunnelError(f"Simulation deadlock: tasks can never start ({', '.join(stuck)}); "

@@ -28,6 +28,8 @@ class Op:
     shape: (m, n, k) for GEMMs, (batch*heads, q_len, kv_len, head_dim) for attention, else None.
     group: the parallel group a collective spans (tp, cp, ep, dp, pp).
     count: identical instances run back to back (e.g. the experts of a grouped GEMM).
+    fanout: for an expert all-to-all, the copies of each token in the message (top-k); a
+        deduplicating dispatcher sends each token once per remote domain instead of once per copy.
     """
 
     name: str
@@ -43,6 +45,7 @@ class Op:
     model_flops: bool = True
     count: int = 1
     precision: str | None = None
+    fanout: int = 1
 
     @property
     def is_comm(self) -> bool:

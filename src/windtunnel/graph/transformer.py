@@ -31,6 +31,7 @@ class Sharding:
     moe_imbalance: float = 1.0
     dispatch_bytes: float = ACT_BYTES
     precision: str = "bf16"
+    dedup_dispatch: bool = True
 
     @property
     def tokens(self) -> int:
@@ -67,8 +68,8 @@ class _Builder:
                              bytes_moved=passes * ACT_BYTES * elements, saved_bytes=saved, deps=deps,
                              model_flops=False))
 
-    def comm(self, name: str, kind: str, group: str, message_bytes: float, deps: tuple[int, ...]) -> int:
-        return self.g.add(Op(name, kind, stream=group, bytes_moved=message_bytes, group=group, deps=deps))
+    def comm(self, name: str, kind: str, group: str, message_bytes: float, deps: tuple[int, ...], fanout: int = 1) -> int:
+        return self.g.add(Op(name, kind, stream=group, bytes_moved=message_bytes, group=group, deps=deps, fanout=fanout))
 
     # -- TP boundaries -------------------------------------------------------------------------
     def enter_tp(self, name: str, deps: tuple[int, ...]) -> tuple[int, ...]:
@@ -202,13 +203,15 @@ class _Builder:
         permute = self.memory("permute", tokens * moe.topk * m.hidden, (router,), passes=2.0, saved=0.0)
         routed_tokens = tokens * moe.topk
         sent = s.dispatch_bytes * routed_tokens * m.hidden
-        dispatch = self.comm("dispatch", "all_to_all", "ep", sent, (permute,)) if s.ep > 1 else permute
+        fanout = moe.topk if s.dedup_dispatch else 1
+        dispatch = self.comm("dispatch", "all_to_all", "ep", sent, (permute,), fanout) if s.ep > 1 else permute
         local_experts = moe.experts // s.ep
         # Balanced routing sends tokens*topk tokens to this rank's experts on average; the busiest
         # rank of the EP group sets the pace, hence the imbalance factor.
         per_expert = max(1, round(routed_tokens * s.moe_imbalance / local_experts))
         down = self.mlp_ops("experts", per_expert, moe.ffn_hidden, (dispatch,), count=local_experts)
-        combine = self.comm("combine", "all_to_all", "ep", ACT_BYTES * routed_tokens * m.hidden, (down,)) if s.ep > 1 else down
+        combine = (self.comm("combine", "all_to_all", "ep", ACT_BYTES * routed_tokens * m.hidden, (down,), fanout)
+                   if s.ep > 1 else down)
         unpermute = self.memory("unpermute", tokens * moe.topk * m.hidden, (combine,), passes=2.0,
                                 saved=ACT_BYTES * tokens * moe.topk * m.hidden)
         ends = [unpermute]

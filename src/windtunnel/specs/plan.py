@@ -35,6 +35,7 @@ class Plan(BaseModel):
     tp_overlap: bool = False
     schedule: Schedule | None = None
     precision: Literal["bf16", "fp16", "fp8"] = "bf16"
+    dispatcher: Literal["alltoall", "deepep"] = "deepep"
 
     def to_string(self) -> str:
         """The ``tp=..,pp=..`` form that ``--plan`` accepts."""
@@ -45,6 +46,8 @@ class Plan(BaseModel):
             f"tp_overlap={'true' if self.tp_overlap else 'false'}",
             f"schedule={self.pipeline_schedule}", f"precision={self.precision}",
         ]
+        if self.ep > 1:
+            parts.append(f"dispatcher={self.dispatcher}")
         if self.recompute_layers >= 0:
             parts.append(f"recompute_layers={self.recompute_layers}")
         return ",".join(parts)
@@ -101,7 +104,7 @@ def parse_plan(text: str | dict | Plan) -> Plan:
             value = _BOOLS[value.lower()]
         if key == "zero" and isinstance(value, str) and value.lower() in ("true", "false"):
             value = 1 if value.lower() == "true" else 0
-        if key in ("recompute", "schedule", "precision") and isinstance(value, str):
+        if key in ("recompute", "schedule", "precision", "dispatcher") and isinstance(value, str):
             value = value.lower()
         data[key] = value
     from windtunnel.specs.validation import build

@@ -13,6 +13,8 @@ import yaml
 
 from windtunnel.specs.errors import WindtunnelError
 
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 
 def read_yaml(path: str | Path) -> Any:
     """Load a YAML file with ``safe_load``; malformed files raise a WindtunnelError naming the line."""
@@ -24,7 +26,8 @@ def read_yaml(path: str | Path) -> Any:
     except OSError as exc:
         raise WindtunnelError(f"Cannot read '{path}': {exc.strerror}.") from exc
     try:
-        return yaml.safe_load(text)
+        # The C-accelerated safe loader when PyYAML has it: same safety (no arbitrary objects), faster.
+        return yaml.load(text, Loader=_SAFE_LOADER)
     except yaml.YAMLError as exc:
         where = ""
         mark = getattr(exc, "problem_mark", None)

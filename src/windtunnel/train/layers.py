@@ -64,7 +64,7 @@ class LayerCoster:
         """Seconds for one operator on its stream."""
         if op.is_comm:
             group = self.placement.group(op.group)
-            return collective_time(op.kind, op.bytes_moved, group, self.cluster, self.eff)
+            return collective_time(op.kind, op.bytes_moved, group, self.cluster, self.eff, fanout=op.fanout)
         return compute_op_time(op, self.cluster.chip, self.eff, self.precision)
 
     def _pieces(self, graph: OpGraph) -> list[int]:
@@ -84,64 +84,59 @@ class LayerCoster:
                         pieces[user] = TP_OVERLAP_CHUNKS
         return pieces
 
-    def play(self, graphs: list[OpGraph], *, interleave: bool = False, zero3_gather: float = 0.0) -> Played:
-        """Play one or more DAGs on the same streams; ``interleave`` alternates their compute
-        segments (split at expert all-to-alls), as DualPipe does with a forward and a backward."""
+    def play(self, graphs: list[OpGraph], *, concurrent: bool = False, zero3_gather: float = 0.0) -> Played:
+        """Play DAGs on one rank's streams. Sequential by default (each graph after the previous one);
+        ``concurrent`` gives each graph its own streams that share the device's compute and links,
+        as DualPipe runs a forward and a backward chunk together so that one's all-to-all hides
+        under the other's compute."""
         engine = Engine()
-        order: list[tuple[int, int]] = []
-        if interleave and len(graphs) > 1:
-            segments = [_segments(g) for g in graphs]
-            longest = max(len(s) for s in segments)
-            for position in range(longest):
-                for gi, segs in enumerate(segments):
-                    if position < len(segs):
-                        order.extend((gi, oi) for oi in segs[position])
-        else:
-            order = [(gi, oi) for gi, g in enumerate(graphs) for oi in range(len(g.ops))]
         task_of: dict[tuple[int, int], list[int]] = {}
         flops = model_flops = 0.0
-        pieces = [self._pieces(g) for g in graphs]
         gather = None
         if zero3_gather > 0:
             # ZeRO-3: this layer's parameters are gathered (prefetched while the previous layer
             # computes, so the layer waits only for what the prefetch did not hide).
             gather = engine.task("zero3_param_gather", "dp", zero3_gather, (), category="dp_comm")
-        for gi, oi in order:
-            op = graphs[gi].ops[oi]
-            count = pieces[gi][oi]
-            duration = self.op_time(op) / count
-            tasks = []
-            for piece in range(count):
-                deps: list[int] = []
-                for dep in op.deps:
-                    producer = task_of[(gi, dep)]
-                    deps.append(producer[min(piece, len(producer) - 1)] if len(producer) == count else producer[-1])
-                if gather is not None and not op.deps and op.stream == "compute":
-                    deps.append(gather)
-                if op.is_comm:
-                    category = CATEGORY_OF_STREAM[op.stream]
-                else:
-                    category = "recompute" if op.phase == "recompute" else "compute"
-                tasks.append(engine.task(op.name, op.stream, duration, deps, category=category))
-            task_of[(gi, oi)] = tasks
-            if not op.is_comm:
-                flops += op.flops * op.count
-                if op.model_flops and op.phase != "recompute":
-                    model_flops += op.flops * op.count
+        previous_sinks: tuple[int, ...] = ()
+        primaries = ["compute"]
+        for gi, graph in enumerate(graphs):
+            suffix = f".{gi}" if concurrent and gi else ""
+            if suffix:
+                primaries.append("compute" + suffix)
+                for base in ("compute", *COMM_STREAMS):
+                    engine.share(base, base, base + suffix)
+            pieces = self._pieces(graph)
+            for oi, op in enumerate(graph.ops):
+                count = pieces[oi]
+                duration = self.op_time(op) / count
+                stream = op.stream + suffix
+                tasks = []
+                for piece in range(count):
+                    deps: list[int] = []
+                    for dep in op.deps:
+                        producer = task_of[(gi, dep)]
+                        deps.append(producer[min(piece, len(producer) - 1)] if len(producer) == count else producer[-1])
+                    if not op.deps:
+                        if gather is not None and op.stream == "compute":
+                            deps.append(gather)
+                        if not concurrent:
+                            deps.extend(previous_sinks)
+                    if op.is_comm:
+                        category = CATEGORY_OF_STREAM[op.stream]
+                    else:
+                        category = "recompute" if op.phase == "recompute" else "compute"
+                    tasks.append(engine.task(op.name, stream, duration, deps, category=category))
+                task_of[(gi, oi)] = tasks
+                if not op.is_comm:
+                    flops += op.flops * op.count
+                    if op.model_flops and op.phase != "recompute":
+                        model_flops += op.flops * op.count
+            previous_sinks = tuple(task_of[(gi, i)][-1] for i in graph.sinks())
         timeline = engine.run()
-        parts = attribute(timeline, primary="compute", others=COMM_STREAMS)
+        streams = tuple(f"{base}.{gi}" for base in COMM_STREAMS for gi in range(1, len(graphs)))
+        parts = attribute(timeline, primary=tuple(primaries), others=COMM_STREAMS + streams)
         parts.pop("idle", None)
         return Played(timeline.makespan, parts, flops, model_flops)
-
-
-def _segments(graph: OpGraph) -> list[list[int]]:
-    """Split a DAG's operators (in order) into segments that end at each expert all-to-all."""
-    segments: list[list[int]] = [[]]
-    for index, op in enumerate(graph.ops):
-        segments[-1].append(index)
-        if op.stream == "ep":
-            segments.append([])
-    return [s for s in segments if s]
 
 
 def recompute_graph(forward: OpGraph, mode: str) -> OpGraph:

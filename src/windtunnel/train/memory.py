@@ -55,25 +55,25 @@ class MemoryBreakdown:
         }
 
 
-def state_bytes(share: ParamShare, zero: int, copies: int = 1) -> tuple[float, float, float]:
+def state_bytes(share: ParamShare, zero: int) -> tuple[float, float, float]:
     """(weights, gradients, optimizer) bytes for a device's parameters under a ZeRO stage."""
 
     def sharded(params: float, dp: int, per_param: float, stage_needed: int) -> float:
         return params * per_param / (dp if zero >= stage_needed else 1)
 
-    weights = copies * (sharded(share.dense, share.dense_dp, WEIGHT_BYTES, 3)
+    weights = (sharded(share.dense, share.dense_dp, WEIGHT_BYTES, 3)
                         + sharded(share.expert, share.expert_dp, WEIGHT_BYTES, 3))
-    grads = copies * (sharded(share.dense, share.dense_dp, GRAD_BYTES, 2)
+    grads = (sharded(share.dense, share.dense_dp, GRAD_BYTES, 2)
                       + sharded(share.expert, share.expert_dp, GRAD_BYTES, 2))
-    optimizer = copies * (sharded(share.dense, share.dense_dp, OPTIMIZER_BYTES, 1)
+    optimizer = (sharded(share.dense, share.dense_dp, OPTIMIZER_BYTES, 1)
                           + sharded(share.expert, share.expert_dp, OPTIMIZER_BYTES, 1))
     return weights, grads, optimizer
 
 
 def device_memory(share: ParamShare, zero: int, activation_bytes: float, buffer_bytes: float,
-                  *, copies: int = 1, zero3_working_bytes: float = 0.0) -> MemoryBreakdown:
+                  *, zero3_working_bytes: float = 0.0) -> MemoryBreakdown:
     """Peak bytes on one device: model states, activations (with fragmentation), buffers, reserve."""
-    weights, grads, optimizer = state_bytes(share, zero, copies)
+    weights, grads, optimizer = state_bytes(share, zero)
     buffers = buffer_bytes + (GRAD_BUCKET_BYTES if zero < 3 else 0.0) + zero3_working_bytes
     return MemoryBreakdown(
         weights=weights, gradients=grads, optimizer=optimizer,

@@ -95,7 +95,8 @@ class _StepBuilder:
         self.shard = Sharding(tp=plan.tp, sp=plan.sequence_parallel, cp=plan.cp, ep=plan.ep, micro_batch=plan.mbs,
                               seq_len=job.seq_len, flash_attention=job.flash_attention,
                               moe_imbalance=job.moe_imbalance if plan.ep > 1 or model.moe else 1.0,
-                              precision=plan.precision)
+                              precision=plan.precision, dedup_dispatch=plan.dispatcher == "deepep",
+                              dispatch_bytes=1.0 if plan.precision == "fp8" else ACT_BYTES)
         self.coster = LayerCoster(cluster, self.placement, self.eff, plan.precision,
                                   tp_overlap=plan.tp_overlap and plan.sequence_parallel)
         self.forward_graphs: dict[str, OpGraph] = {"dense": layer_forward(model, self.shard, moe=False)}
@@ -104,6 +105,7 @@ class _StepBuilder:
         self.forward_graphs["embedding"] = embedding_forward(model, self.shard)
         self.forward_graphs["head"] = head_forward(model, self.shard)
         self._played: dict[tuple[str, str], Played] = {}
+        self._backward: dict[tuple[str, str], list[OpGraph]] = {}
 
     # ---- parameters per device ----------------------------------------------------------------
     def layer_params(self, kind: str) -> tuple[float, float]:
@@ -154,7 +156,7 @@ class _StepBuilder:
                 self._played[key] = self.coster.play([graph], zero3_gather=gather_fwd)
             else:
                 mode = phase.split("-", 1)[1]
-                graphs = backward_with_recompute(graph, mode)
+                graphs = self.backward_graphs(kind, mode)
                 gather = gather_bwd if self.plan.zero >= 3 else 0.0
                 played = self.coster.play(graphs, zero3_gather=gather)
                 reduce = self.zero2_reduce(kind) if self.plan.zero == 2 else 0.0
@@ -166,21 +168,29 @@ class _StepBuilder:
         return self._played[key]
 
     def fused(self, forward_kinds: list[str], backward_kinds: list[str], backward_modes: list[str]) -> Played:
-        """DualPipe's overlapped block: a forward chunk and a backward chunk played on shared streams,
-        layer by layer, their compute interleaved around the expert all-to-alls."""
+        """DualPipe's overlapped block: a forward chunk and a backward chunk played together, layer
+        by layer, each on its own streams sharing the device, so each one's all-to-alls can hide
+        under the other's compute."""
         total = ZERO
         pairs = max(len(forward_kinds), len(backward_kinds))
         for i in range(pairs):
-            graphs = []
-            if i < len(forward_kinds):
-                graphs.append(self.forward_graphs[forward_kinds[i]])
-            if i < len(backward_kinds):
-                graphs.extend(backward_with_recompute(self.forward_graphs[backward_kinds[i]], backward_modes[i]))
-            key = ("fused", "|".join(forward_kinds[i:i + 1] + backward_kinds[i:i + 1] + backward_modes[i:i + 1]))
+            key = ("fused", "|".join(forward_kinds[i:i + 1] + ["/"] + backward_kinds[i:i + 1] + backward_modes[i:i + 1]))
             if key not in self._played:
-                self._played[key] = self.coster.play(graphs, interleave=True)
+                graphs = []
+                if i < len(forward_kinds):
+                    graphs.append(self.forward_graphs[forward_kinds[i]])
+                if i < len(backward_kinds):
+                    graphs.extend(self.backward_graphs(backward_kinds[i], backward_modes[i]))
+                self._played[key] = self.coster.play(graphs, concurrent=True)
             total = total + self._played[key]
         return total
+
+    def backward_graphs(self, kind: str, mode: str) -> list[OpGraph]:
+        """The graphs of one backward pass of a layer kind (cached)."""
+        key = (kind, mode)
+        if key not in self._backward:
+            self._backward[key] = backward_with_recompute(self.forward_graphs[kind], mode)
+        return self._backward[key]
 
     def recompute_modes(self, count: int) -> list[str]:
         """Recompute mode of each of a chunk's ``count`` layers (full for the first k when asked)."""
@@ -445,7 +455,7 @@ def simulate(job: TrainingJob) -> TrainingResult:
                            dense_dp=builder.placement.dp.size, expert_dp=builder.placement.expert_dp.size)
         per_chunk = sum(c.activation_bytes for c in mine) / len(mine)
         in_flight = in_flight_micro_batches(builder.schedule, plan.pp, plan.vpp, rank, builder.micro_batches)
-        activations = per_chunk * in_flight if builder.schedule != "1f1b" or plan.vpp == 1 else per_chunk * in_flight
+        activations = per_chunk * in_flight
         buffers = 0.0
         if model.moe and plan.ep > 1:
             tokens_local = builder.shard.sp_tokens * model.moe.topk * model.hidden * ACT_BYTES
@@ -454,8 +464,8 @@ def simulate(job: TrainingJob) -> TrainingResult:
         if plan.zero >= 3:
             dense, expert = builder.layer_params("moe" if model.moe else "dense")
             zero3 = 2 * (dense + expert) * WEIGHT_BYTES
-        memory = device_memory(share, plan.zero, activations, buffers, copies=2 if builder.schedule == "dualpipe" else 1,
-                               zero3_working_bytes=zero3)
+        # DualPipe's two parameter copies are already in ``share``: each rank sums both of its chunks.
+        memory = device_memory(share, plan.zero, activations, buffers, zero3_working_bytes=zero3)
         if worst is None or memory.total > worst[1].total:
             worst = (rank, memory)
     worst_rank, memory = worst
@@ -501,7 +511,11 @@ def _assumptions(job: TrainingJob, builder: _StepBuilder) -> list[str]:
         "efficiencies from catalog/efficiency.yaml merged with catalog/calibration.yaml",
     ]
     if model.moe:
-        out.append(f"MoE load imbalance factor {job.moe_imbalance:.2f} on the busiest expert rank; 16-bit dispatch")
+        out.append(f"MoE load imbalance factor {job.moe_imbalance:.2f} on the busiest expert rank")
+        if plan.ep > 1:
+            out.append(f"expert dispatch in {'fp8' if plan.precision == 'fp8' else '16-bit'}, combine in 16-bit; "
+                       + ("deduplicating dispatcher (DeepEP-style: one copy per remote domain)"
+                          if plan.dispatcher == "deepep" else "plain all-to-all (one copy per routed expert)"))
     if plan.tp_overlap and not plan.sequence_parallel:
         out.append("tp_overlap ignored: chunked TP overlap needs sequence parallelism")
     out.extend(f"group {k}: {v}" for k, v in builder.placement.describe(job.cluster).items())

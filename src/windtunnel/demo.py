@@ -1,0 +1,86 @@
+"""`make demo`: a short tour of windtunnel on the built-in catalog (runs in seconds)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from windtunnel.api import simulate_training
+from windtunnel.report.trace import trace_json
+from windtunnel.specs.hardware import chip_names, cluster_names
+from windtunnel.specs.model import model_names
+from windtunnel.specs.yamlio import write_atomic
+
+GIB = float(2**30)
+
+
+def _plan_table(console: Console, title: str, model: str, hardware: str, devices: int, seq_len: int,
+                global_batch: int, plans: list[str]) -> list:
+    table = Table(title=title)
+    for column in ("plan", "step s", "tokens/s/device", "MFU", "peak GiB", "fits", "largest non-compute share"):
+        table.add_column(column, justify="right" if column not in ("plan", "largest non-compute share") else "left",
+                         overflow="fold")
+    results = []
+    for plan in plans:
+        result = simulate_training(model, hardware, devices, seq_len=seq_len, global_batch=global_batch, plan=plan,
+                                   keep_trace=True)
+        results.append(result)
+        others = {k: v for k, v in result.breakdown.items() if k != "compute"}
+        top = max(others.items(), key=lambda kv: kv[1]) if others else ("-", 0.0)
+        table.add_row(plan, f"{result.step_time_s:.2f}", f"{result.tokens_per_s_per_device:,.0f}", f"{result.mfu:.1%}",
+                      f"{result.peak_memory_bytes / GIB:.1f}", "yes" if result.feasible else "[red]no[/]",
+                      f"{top[0]} {top[1] / result.step_time_s:.0%}")
+    console.print(table)
+    return results
+
+
+def main() -> None:
+    console = Console()
+    console.rule("[bold]windtunnel: a digital wind tunnel for LLM clusters")
+    console.print(f"catalog: {len(chip_names())} chips, {len(cluster_names())} clusters, {len(model_names())} models "
+                  "(`windtunnel catalog list`)")
+
+    console.rule("DeepSeek-V3 (671B MoE, MLA, 256 experts top-8) on one Ascend CloudMatrix384 supernode")
+    results = _plan_table(console, "384 x Ascend 910C, seq 4096, global batch 1152", "deepseek-v3", "ascend-910c", 384,
+                          4096, 1152, [
+                              "tp=1,pp=12,ep=32,mbs=1,recompute=full,zero=1",
+                              "tp=1,pp=12,ep=32,vpp=2,mbs=1,recompute=full,zero=1",
+                              "tp=1,pp=12,ep=32,mbs=1,recompute=full,zero=1,schedule=dualpipe",
+                              "tp=1,pp=12,ep=32,mbs=1,recompute=selective,zero=1",
+                          ])
+    feasible = [r for r in results if r.feasible]
+    best = min(feasible, key=lambda r: r.step_time_s)
+    out = Path("out")
+    trace_path = out / "deepseek-v3-cloudmatrix384-step.json"
+    write_atomic(trace_path, trace_json(best.trace, title=best.plan))
+    console.print(f"best feasible plan: {best.plan}\n  -> {best.tokens_per_s:,.0f} tokens/s on the supernode; "
+                  f"step trace in {trace_path} (open in https://ui.perfetto.dev)")
+
+    console.rule("Llama-3 405B on 16,384 H100 (the Llama 3 paper's 8K-context setup)")
+    _plan_table(console, "16,384 x H100 SXM, seq 8192, global batch 2048", "llama3-405b", "h100-sxm", 16384, 8192, 2048, [
+        "tp=8,pp=16,mbs=1,recompute=selective,sp=true,zero=1",
+        "tp=8,pp=16,vpp=4,mbs=1,recompute=selective,sp=true,zero=1,tp_overlap=true",
+        "tp=8,pp=16,vpp=4,mbs=1,recompute=full,sp=true,zero=1,tp_overlap=true",
+    ])
+
+    console.rule("Pangu Ultra 135B (dense) on Atlas 800T A2 (Ascend 910B) nodes")
+    _plan_table(console, "1,024 x Ascend 910B, seq 8192, global batch 512", "pangu-ultra-135b", "ascend-910b", 1024, 8192,
+                512, [
+                    "tp=8,pp=8,vpp=2,mbs=1,recompute=selective,sp=true,zero=1",
+                    "tp=8,pp=8,vpp=2,mbs=1,recompute=full,sp=true,zero=1",
+                ])
+
+    console.rule("accuracy")
+    report = Path("validation/REPORT.md")
+    if report.exists():
+        for line in report.read_text(encoding="utf-8").splitlines():
+            if line.startswith("- validation rows") or line.startswith("- calibration rows"):
+                console.print(line.lstrip("- ").replace("**", ""))
+        console.print("full table: validation/REPORT.md (regenerate with `make validate`)")
+    console.print("\nnext: `windtunnel train simulate --help`, `windtunnel validate training validation/training_runs.csv`")
+
+
+if __name__ == "__main__":
+    main()
