@@ -269,9 +269,9 @@ def load_model(name_or_path: str) -> ModelSpec:
         return model_from_hf_config(read_json(path) or {}, model_id=path.parent.name if path.name == "config.json" else path.stem)
     if path.suffix in (".yaml", ".yml") and path.exists():
         doc = read_yaml(path) or {}
-        if isinstance(doc, dict) and "operators" in doc:
+        if isinstance(doc, dict) and "layer" in doc:
             raise WindtunnelError(
-                f"'{path}' is an operator-DAG model; simulate it with `windtunnel train simulate --model-dag {path}`."
+                f"'{path}' is an operator-DAG model; load it with windtunnel.load_dag or pass it to simulate_training."
             )
         return build(ModelSpec, {"id": path.stem, **doc} if isinstance(doc, dict) else doc, f"Model file '{path}'")
     raise WindtunnelError(

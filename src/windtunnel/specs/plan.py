@@ -116,10 +116,12 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def validate_plan(plan: Plan, model: ModelSpec, devices: int, seq_len: int, global_batch: int) -> Plan:
+def validate_plan(plan: Plan, model: ModelSpec | None, devices: int, seq_len: int, global_batch: int,
+                  *, layers: int | None = None) -> Plan:
     """Check a plan against model, device count and batch; return it with ``dp`` filled in.
 
-    Every failure names the field, its value and the values that would be valid.
+    ``model`` None (an operator-DAG model) skips the shape checks (heads, FFN, experts); ``layers``
+    then bounds pp*vpp. Every failure names the field, its value and the values that would be valid.
     """
 
     def fail(field: str, message: str) -> None:
@@ -133,6 +135,29 @@ def validate_plan(plan: Plan, model: ModelSpec, devices: int, seq_len: int, glob
     if plan.dp and plan.dp != dp:
         fail("dp", f"Plan field 'dp' is {plan.dp} but devices / (tp*pp*cp) = {devices}/{model_parallel} = {dp}; "
              f"leave dp out or set dp={dp}.")
+    layers = model.layers if model is not None else (layers or 1)
+    if model is not None:
+        _check_shape(plan, model, dp)
+    if (dp * plan.cp) % plan.ep:
+        experts = model.moe.experts if model is not None and model.moe else dp * plan.cp
+        fail("ep", f"Plan field 'ep' is {plan.ep}, which does not divide dp*cp = {dp * plan.cp} (EP regroups the "
+             f"data-parallel ranks); valid ep values: "
+             f"{', '.join(str(d) for d in _divisors(dp * plan.cp) if experts % d == 0)}.")
+    chunks = plan.pp * plan.vpp
+    if chunks > layers:
+        fail("pp", f"Plan pp*vpp = {plan.pp}*{plan.vpp} = {chunks} exceeds the model's {layers} layers; "
+             f"use pp*vpp <= {layers}.")
+    if plan.vpp > 1 and plan.pp == 1:
+        fail("vpp", f"Plan field 'vpp' is {plan.vpp} but pp is 1; interleaving needs pp > 1 (set vpp=1).")
+    return _check_batch(plan, devices, seq_len, global_batch, dp)
+
+
+def _check_shape(plan: Plan, model: ModelSpec, dp: int) -> None:
+    """Checks that need the transformer's shape: heads, FFN width, experts."""
+
+    def fail(field: str, message: str) -> None:
+        raise WindtunnelError(message, field=field)
+
     if model.heads % plan.tp:
         fail("tp", f"Plan field 'tp' is {plan.tp}, which does not divide the model's {model.heads} attention heads; "
              f"valid tp values: {', '.join(map(str, _divisors(model.heads)))}.")
@@ -143,22 +168,20 @@ def validate_plan(plan: Plan, model: ModelSpec, devices: int, seq_len: int, glob
     for width in ffn_widths:
         if width % plan.tp:
             fail("tp", f"Plan field 'tp' is {plan.tp}, which does not divide the FFN width {width}.")
-    chunks = plan.pp * plan.vpp
-    if chunks > model.layers:
-        fail("pp", f"Plan pp*vpp = {plan.pp}*{plan.vpp} = {chunks} exceeds the model's {model.layers} layers; "
-             f"use pp*vpp <= {model.layers}.")
-    if plan.vpp > 1 and plan.pp == 1:
-        fail("vpp", f"Plan field 'vpp' is {plan.vpp} but pp is 1; interleaving needs pp > 1 (set vpp=1).")
     if plan.ep > 1:
         if model.moe is None:
             fail("ep", f"Plan field 'ep' is {plan.ep} but model '{model.id}' has no experts; use ep=1.")
         if model.moe.experts % plan.ep:
             fail("ep", f"Plan field 'ep' is {plan.ep}, which does not divide the model's {model.moe.experts} experts; "
                  f"valid ep values: {', '.join(str(d) for d in _divisors(model.moe.experts) if (dp * plan.cp) % d == 0)}.")
-        if (dp * plan.cp) % plan.ep:
-            fail("ep", f"Plan field 'ep' is {plan.ep}, which does not divide dp*cp = {dp * plan.cp} (EP regroups the "
-                 f"data-parallel ranks); valid ep values: "
-                 f"{', '.join(str(d) for d in _divisors(dp * plan.cp) if model.moe.experts % d == 0)}.")
+
+
+def _check_batch(plan: Plan, devices: int, seq_len: int, global_batch: int, dp: int) -> Plan:
+    """Checks on sequence length, batch and schedule; returns the plan with dp filled in."""
+
+    def fail(field: str, message: str) -> None:
+        raise WindtunnelError(message, field=field)
+
     if seq_len % (plan.cp * (2 if plan.cp > 1 else 1)):
         fail("cp", f"Sequence length {seq_len} must be divisible by 2*cp = {2 * plan.cp} for load-balanced ring attention.")
     if plan.sequence_parallel and seq_len % (plan.tp * plan.cp):

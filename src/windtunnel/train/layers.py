@@ -167,6 +167,8 @@ def backward_with_recompute(forward: OpGraph, mode: str) -> list[OpGraph]:
 
 def saved_activation_bytes(forward: OpGraph, mode: str) -> float:
     """Activation bytes one layer keeps for its backward under a recompute mode (per micro-batch)."""
+    if not forward.ops:
+        return 0.0
     if mode == "full":
         first = forward.ops[0]
         # Only the layer input is checkpointed: the (SP-sharded) hidden state, 16-bit.

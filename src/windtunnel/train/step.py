@@ -13,6 +13,7 @@ from windtunnel.cost.collectives import collective_time, p2p_time
 from windtunnel.cost.efficiency import efficiency_for
 from windtunnel.engine.attribution import attribute
 from windtunnel.engine.core import Engine, Timeline
+from windtunnel.graph.dag import DagModel
 from windtunnel.graph.ops import OpGraph, backward_of
 from windtunnel.graph.transformer import ACT_BYTES, Sharding, embedding_forward, head_forward, layer_forward
 from windtunnel.specs.errors import WindtunnelError
@@ -44,6 +45,7 @@ class TrainingJob:
     fitted_override: dict | None = None
     keep_trace: bool = False
     extra_assumptions: tuple[str, ...] = field(default_factory=tuple)
+    dag: DagModel | None = None
 
 
 @dataclass
@@ -66,6 +68,22 @@ class _Chunk:
     modes: list[str] = field(default_factory=list)
 
 
+def _dag_graphs(dag: DagModel, shard: Sharding) -> dict[str, OpGraph]:
+    """The forward graphs of an operator-DAG model, checked against the plan's micro-batch."""
+    if dag.tokens_per_micro_batch != shard.tokens:
+        raise WindtunnelError(
+            f"Operator-DAG model '{dag.name}' is written for {dag.tokens_per_micro_batch} tokens per micro-batch "
+            f"(field 'tokens_per_micro_batch'), but the plan gives mbs*seq_len/cp = {shard.tokens}; change mbs or "
+            "seq_len, or rewrite the DAG's sizes.", field="tokens_per_micro_batch")
+    return {"dense": dag.graph("layer"), "embedding": dag.graph("first_stage"), "head": dag.graph("last_stage")}
+
+
+def dag_stub_model(dag: DagModel) -> ModelSpec:
+    """A ModelSpec carrying only what the pipeline needs from an operator-DAG model (layers, width)."""
+    return ModelSpec(id=dag.name, name=dag.name, layers=dag.layers, hidden=dag.hidden, ffn_hidden=dag.hidden,
+                     heads=1, vocab=1, sources={"shape": "operator DAG file"})
+
+
 def _split_layers(kinds: list[str], parts: int) -> list[list[str]]:
     """Split layers over ``parts`` consecutive chunks as evenly as possible (extras go to middle chunks)."""
     base, extra = divmod(len(kinds), parts)
@@ -84,7 +102,8 @@ class _StepBuilder:
     def __init__(self, job: TrainingJob) -> None:
         self.job = job
         model, cluster = job.model, job.cluster
-        self.plan = validate_plan(job.plan, model, cluster.devices, job.seq_len, job.global_batch)
+        self.plan = validate_plan(job.plan, None if job.dag else model, cluster.devices, job.seq_len,
+                                  job.global_batch, layers=model.layers)
         plan = self.plan
         self.chip = cluster.chip
         self.chip.peak(plan.precision)  # clear error if the chip lacks this precision
@@ -99,18 +118,24 @@ class _StepBuilder:
                               dispatch_bytes=1.0 if plan.precision == "fp8" else ACT_BYTES)
         self.coster = LayerCoster(cluster, self.placement, self.eff, plan.precision,
                                   tp_overlap=plan.tp_overlap and plan.sequence_parallel)
-        self.forward_graphs: dict[str, OpGraph] = {"dense": layer_forward(model, self.shard, moe=False)}
-        if model.moe:
-            self.forward_graphs["moe"] = layer_forward(model, self.shard, moe=True)
-        self.forward_graphs["embedding"] = embedding_forward(model, self.shard)
-        self.forward_graphs["head"] = head_forward(model, self.shard)
+        if job.dag is not None:
+            self.forward_graphs = _dag_graphs(job.dag, self.shard)
+        else:
+            self.forward_graphs = {"dense": layer_forward(model, self.shard, moe=False)}
+            if model.moe:
+                self.forward_graphs["moe"] = layer_forward(model, self.shard, moe=True)
+            self.forward_graphs["embedding"] = embedding_forward(model, self.shard)
+            self.forward_graphs["head"] = head_forward(model, self.shard)
         self._played: dict[tuple[str, str], Played] = {}
         self._backward: dict[tuple[str, str], list[OpGraph]] = {}
 
     # ---- parameters per device ----------------------------------------------------------------
     def layer_params(self, kind: str) -> tuple[float, float]:
         """(dense-sharded, expert) parameters of one layer/module on one device."""
-        model, plan = self.job.model, self.plan
+        model, plan, dag = self.job.model, self.plan, self.job.dag
+        if dag is not None:
+            return {"embedding": (dag.first_stage_params, 0.0), "head": (dag.last_stage_params, 0.0)}.get(
+                kind, (dag.params_per_layer, dag.expert_params_per_layer))
         if kind == "embedding":
             return model.vocab * model.hidden / plan.tp, 0.0
         if kind == "head":
@@ -478,7 +503,12 @@ def simulate(job: TrainingJob) -> TrainingResult:
                   f"{memory.optimizer / GIB:.1f}, activations {memory.activations / GIB:.1f}, buffers+reserve "
                   f"{(memory.buffers + memory.reserve) / GIB:.1f}), {capacity / GIB:.1f} GiB available")
 
-    model_flops = model_flops_per_token(model, job.seq_len) * tokens
+    if job.dag is not None:
+        dag = job.dag
+        per_rank = model.layers * dag.forward_flops("layer") + dag.forward_flops("first_stage") + dag.forward_flops("last_stage")
+        model_flops = 3.0 * per_rank / plan.pp * builder.micro_batches * cluster.devices
+    else:
+        model_flops = model_flops_per_token(model, job.seq_len) * tokens
     hardware_flops_per_device = sum(flops) / plan.pp / 1.0
     devices = cluster.devices
     result = TrainingResult(

@@ -1,0 +1,36 @@
+"""Shared helpers: small model shapes, a CLI runner that uses the real entry point (subprocess)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from windtunnel.specs.model import ModelSpec
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def gpt_model(hidden: int = 1024, heads: int = 16, layers: int = 4, **extra) -> ModelSpec:
+    """A GPT-style model as in Korthikanti et al. 2022: GeLU, 4h FFN, MHA, dropout 0.1."""
+    return ModelSpec(id="gpt-test", layers=layers, hidden=hidden, ffn_hidden=4 * hidden, heads=heads,
+                     activation="gelu", norm="layernorm", dropout=0.1, vocab=51200, **extra)
+
+
+def small_dense() -> ModelSpec:
+    """A small Llama-style model with a small vocabulary, so pipeline stages are nearly balanced."""
+    return ModelSpec(id="small-dense", layers=16, hidden=2048, ffn_hidden=8192, heads=16, kv_heads=8, vocab=8192)
+
+
+def run_cli(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
+    """Run ``python -m windtunnel.cli ARGS`` the way a user would (main() maps errors to exit code 2)."""
+    return subprocess.run([sys.executable, "-m", "windtunnel.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=str(REPO))
+
+
+@pytest.fixture(name="cli")
+def cli_fixture():
+    return run_cli
