@@ -87,12 +87,18 @@ def collective_time(kind: str, message_bytes: float, group: GroupPlacement, clus
         return 0.0
     if kind in ("all_reduce", "all_gather", "reduce_scatter"):
         passes = 2.0 if kind == "all_reduce" else 1.0
-        total = 0.0
+        hierarchical = 0.0
         data = message_bytes
         for tier, members in group.levels:
-            total += _ring(members, data, cluster, tier, eff, passes)
+            hierarchical += _ring(members, data, cluster, tier, eff, passes)
             data /= members
-        return total
+        if kind != "all_reduce" or len(group.levels) == 0:
+            return hierarchical
+        # NCCL-style choice among algorithms: the hierarchical ring above, a flat ring over the
+        # slowest tier, and a double binary tree (log-depth latency, derated bandwidth).
+        slowest = group.outermost_tier
+        flat = _ring(group.size, message_bytes, cluster, slowest, eff, passes)
+        return min(hierarchical, flat, tree_all_reduce_time(message_bytes, group, cluster, eff))
     if kind == "all_to_all":
         # Each member sends (size-1)/size of its buffer; what goes to peers beyond a tier's domain
         # crosses that tier's links. Tiers run concurrently (NVLink and NICs are separate), so the
@@ -115,6 +121,22 @@ def collective_time(kind: str, message_bytes: float, group: GroupPlacement, clus
         bandwidth = _tier_bandwidth(cluster, tier, eff, message_bytes)
         return message_bytes / bandwidth + cluster.tiers[tier].latency
     raise ValueError(f"unknown collective '{kind}'")
+
+
+def tree_all_reduce_time(message_bytes: float, group: GroupPlacement, cluster: Cluster, eff: Efficiency) -> float:
+    """Double-binary-tree all-reduce: a reduce up and a broadcast down two trees, pipelined in chunks.
+
+    Latency grows with log2(size) instead of size; every byte crosses the slowest tier's links
+    twice (up and down), at the tree bandwidth derating of the efficiency profile.
+    """
+    import math
+
+    if group.size <= 1 or message_bytes <= 0:
+        return 0.0
+    tier = group.outermost_tier
+    bandwidth = _tier_bandwidth(cluster, tier, eff, message_bytes) * eff.tree_bandwidth_factor
+    depth = math.ceil(math.log2(group.size))
+    return 2.0 * message_bytes / bandwidth + 2.0 * depth * cluster.tiers[tier].latency
 
 
 def p2p_time(message_bytes: float, tier: int, cluster: Cluster, eff: Efficiency) -> float:

@@ -56,6 +56,7 @@ class Efficiency:
     scale_out: float
     half_message_bytes: float
     optimizer_bytes_per_param: float
+    tree_bandwidth_factor: float = 0.5
     sources: tuple[str, ...] = ()
 
     def gemm_efficiency(self, precision: str) -> float:
@@ -91,5 +92,6 @@ def efficiency_for(chip: Chip, fitted_override: dict | None = None) -> Efficienc
         scale_up=float(comm["scale_up_efficiency"]),
         scale_out=float(comm["scale_out_efficiency"]),
         half_message_bytes=float(comm["half_message_bytes"]),
+        tree_bandwidth_factor=float(comm.get("tree_bandwidth_factor", 0.5)),
         optimizer_bytes_per_param=float(p["optimizer"]["bytes_per_param"]),
     )
