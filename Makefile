@@ -17,7 +17,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks validation
-	$(BIN)/pytest
+	$(BIN)/pytest -q
 
 validate: $(STAMP)
 	$(BIN)/windtunnel validate training validation/training_runs.csv --out validation/REPORT.md

@@ -95,3 +95,14 @@ def test_flash_attention_flops_match_closed_form():
     graph = layer_forward(m, Sharding(tp=1, seq_len=s, micro_batch=b), moe=False)
     attention = sum(op.flops * op.count for op in graph.ops if op.kind == "attention")
     assert attention == pytest.approx(4 * b * m.heads * s * (s / 2) * m.head_dim, rel=1e-9)
+
+
+def test_context_parallel_splits_all_flops():
+    """With cp=2 each rank does half of the layer's GEMM and attention FLOPs (load-balanced causal ring)."""
+    m = load_model("llama3-8b")
+
+    def total(cp: int) -> float:
+        graph = layer_forward(m, Sharding(cp=cp, seq_len=8192), moe=False)
+        return sum(op.flops * op.count for op in graph.ops if op.kind in ("gemm", "attention"))
+
+    assert total(2) == pytest.approx(total(1) / 2, rel=0.01)

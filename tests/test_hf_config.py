@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import DATA
 
+from conftest import DATA
 from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.model import load_model, model_from_hf_config
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import small_dense
 
+from conftest import small_dense
 from windtunnel import load_hardware, load_model, simulate_training
 from windtunnel.specs.plan import parse_plan
 from windtunnel.train.step import TrainingJob, simulate
@@ -146,11 +146,49 @@ def test_weights_memory_matches_params_over_model_parallel():
     assert r.memory_breakdown["optimizer"] == pytest.approx(6 * r.memory_breakdown["weights"], rel=1e-6)
 
 
-def test_zero1_shards_only_optimizer_over_dp():
-    """ZeRO-1 divides the optimizer state by dp and leaves weights and gradients alone."""
+def test_zero_stages_shard_states_over_dp():
+    """dp=4: ZeRO-1 divides the optimizer by 4, ZeRO-2 also the gradients, ZeRO-3 also the weights."""
     model = small_dense()
-    z0 = simulate_training(model, "h100-sxm", 8, seq_len=2048, global_batch=8, plan="tp=2,zero=0").memory_breakdown
-    z1 = simulate_training(model, "h100-sxm", 8, seq_len=2048, global_batch=8, plan="tp=2,zero=1").memory_breakdown
-    assert z1["weights"] == pytest.approx(z0["weights"])
-    assert z1["gradients"] == pytest.approx(z0["gradients"])
-    assert z1["optimizer"] == pytest.approx(z0["optimizer"] / 4, rel=0.02)
+    mem = [simulate_training(model, "h100-sxm", 8, seq_len=2048, global_batch=8, plan=f"tp=2,zero={z}").memory_breakdown
+           for z in range(4)]
+    z0 = mem[0]
+    assert mem[1]["weights"] == pytest.approx(z0["weights"]) and mem[1]["gradients"] == pytest.approx(z0["gradients"])
+    assert mem[1]["optimizer"] == pytest.approx(z0["optimizer"] / 4, rel=0.02)
+    assert mem[2]["gradients"] == pytest.approx(z0["gradients"] / 4, rel=0.02)
+    assert mem[2]["weights"] == pytest.approx(z0["weights"])
+    assert mem[3]["weights"] == pytest.approx(z0["weights"] / 4, rel=0.02)
+    assert mem[3]["activations"] == pytest.approx(z0["activations"])
+
+
+@pytest.mark.parametrize("model,chip,devices,plan", [
+    ("llama3-8b", "h100-sxm", 16, "tp=2,pp=4"),
+    ("mixtral-8x7b", "h100-sxm", 32, "tp=2,pp=2,ep=8"),
+])
+def test_better_hardware_never_slower(model, chip, devices, plan):
+    """2x peak FLOP/s, 2x HBM bandwidth or 1/10 the link latency each never lengthen the step; 2x peak helps."""
+    cluster = load_hardware(chip, devices)
+    base = simulate_training(model, cluster, seq_len=4096, global_batch=64, plan=plan).step_time_s
+    c = cluster.chip
+    variants = {
+        "peak": cluster.model_copy(update={"chip": c.model_copy(update={"peak_flops": {k: 2 * v for k, v in c.peak_flops.items()}})}),
+        "hbm": cluster.model_copy(update={"chip": c.model_copy(update={"hbm_bandwidth": 2 * c.hbm_bandwidth})}),
+        "latency": cluster.model_copy(update={"tiers": [t.model_copy(update={"latency": t.latency / 10}) for t in cluster.tiers]}),
+    }
+    times = {k: simulate_training(model, v, seq_len=4096, global_batch=64, plan=plan).step_time_s for k, v in variants.items()}
+    assert all(t <= base * (1 + 1e-9) for t in times.values()), (base, times)
+    assert times["peak"] < 0.8 * base
+
+
+def test_recompute_costs_time():
+    """Step time: none <= selective < full (recomputation re-runs forward work)."""
+    t = {mode: simulate_training("llama3-8b", "h100-sxm", 16, seq_len=4096, global_batch=64,
+                                 plan=f"tp=2,pp=4,recompute={mode}").step_time_s for mode in ("none", "selective", "full")}
+    assert t["none"] <= t["selective"] < t["full"]
+
+
+def test_context_parallel_divides_activations():
+    """At 32K tokens, cp=2 and cp=4 divide the per-device activation memory by 2 and 4 (within 5%)."""
+    acts = {cp: simulate_training("llama3-8b", "h100-sxm", 8, seq_len=32768, global_batch=8,
+                                  plan=f"tp=2,cp={cp}").memory_breakdown["activations"] for cp in (1, 2, 4)}
+    assert acts[2] == pytest.approx(acts[1] / 2, rel=0.05)
+    assert acts[4] == pytest.approx(acts[1] / 4, rel=0.05)

@@ -7,8 +7,8 @@ s: sequence length, b: micro-batch, h: hidden, a: heads, t: tensor-parallel size
 from __future__ import annotations
 
 import pytest
-from conftest import gpt_model
 
+from conftest import gpt_model
 from windtunnel.graph.transformer import Sharding, layer_forward
 from windtunnel.train.layers import saved_activation_bytes
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from conftest import small_dense
 
+from conftest import small_dense
 from windtunnel import simulate_training
 from windtunnel.engine.core import Engine
 from windtunnel.specs.errors import WindtunnelError
@@ -105,10 +105,8 @@ def test_in_flight_matches_1f1b_order(pp, mb):
 @pytest.mark.parametrize("pp,vpp,mb", [
     (4, 2, 8),
     (4, 3, 16),
-    pytest.param(2, 2, 2, marks=pytest.mark.xfail(strict=True, reason=(
-        "schedule.in_flight_micro_batches (interleaved) returns warmup+1 even when warm-up already covers all "
-        "micro_batches*vpp chunks, one more chunk than exists"))),
-    pytest.param(4, 2, 4, marks=pytest.mark.xfail(strict=True, reason="same: warmup+1 not capped at micro_batches*vpp")),
+    (2, 2, 2),
+    (4, 2, 4),
 ])
 def test_in_flight_matches_interleaved_order(pp, vpp, mb):
     """Activation memory count for interleaved 1F1B = peak chunks in flight in the rank's order

@@ -250,7 +250,18 @@ def _least_recompute(make, layers: int, chunks: int) -> tuple[TrainingJob, str]:
 
 def predict_metric(row: dict, job: TrainingJob) -> tuple[float, bool]:
     """Predicted value of the row's metric in the source's own FLOP convention; also feasibility."""
+    value, result = _predict(row, job)
+    return value, result.feasible
+
+
+def _predict(row: dict, job: TrainingJob):
     result = simulate(job)
+    value, _ = _metric_value(row, job, result)
+    return value, result
+
+
+def _metric_value(row: dict, job: TrainingJob, result) -> tuple[float, bool]:
+    """The row's metric computed from a simulated result, in the source's FLOP convention."""
     metric = row["metric"]
     step = result.step_time_s
     devices = job.cluster.devices
@@ -294,7 +305,8 @@ def validate_rows(rows: list[dict], *, fitted_override: dict | None = None, only
                                  row.get("source", ""), group))
             continue
         try:
-            predicted, feasible = predict_metric(row, job)
+            predicted, result = _predict(row, job)
+            feasible = result.feasible
         except WindtunnelError as exc:
             out.append(RowResult(row["id"], row["metric"], measured, None, None, role, f"skipped: {exc}", notes,
                                  row.get("source", ""), group))
@@ -302,7 +314,7 @@ def validate_rows(rows: list[dict], *, fitted_override: dict | None = None, only
         error = (predicted - measured) / measured if measured else None
         status = "predicted" if feasible else "predicted (plan over memory in the model)"
         out.append(RowResult(row["id"], row["metric"], measured, predicted, error, role, status,
-                             [f"plan {job.plan.to_string()}", *notes], row.get("source", ""), group))
+                             [f"plan {result.plan}", *notes], row.get("source", ""), group))
     return out
 
 

@@ -48,6 +48,8 @@ class Plan(BaseModel):
         ]
         if self.ep > 1:
             parts.append(f"dispatcher={self.dispatcher}")
+        if self.etp > 1:
+            parts.append(f"etp={self.etp}")
         if self.recompute_layers >= 0:
             parts.append(f"recompute_layers={self.recompute_layers}")
         return ",".join(parts)
@@ -127,6 +129,13 @@ def validate_plan(plan: Plan, model: ModelSpec | None, devices: int, seq_len: in
     def fail(field: str, message: str) -> None:
         raise WindtunnelError(message, field=field)
 
+    if seq_len < 1:
+        fail("seq_len", f"Field 'seq_len' must be a positive number of tokens, got {seq_len}.")
+    if global_batch < 1:
+        fail("global_batch", f"Field 'global_batch' must be a positive number of sequences, got {global_batch}.")
+    if plan.etp != 1:
+        fail("etp", f"Plan field 'etp' is {plan.etp}: expert tensor parallelism is not modelled yet; use etp=1 "
+             "(experts are split by ep only).")
     model_parallel = plan.tp * plan.pp * plan.cp
     if devices % model_parallel:
         fail("devices", f"Devices ({devices}) must be divisible by tp*pp*cp = {plan.tp}*{plan.pp}*{plan.cp} = "

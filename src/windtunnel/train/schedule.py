@@ -152,5 +152,5 @@ def in_flight_micro_batches(name: str, pp: int, vpp: int, rank: int, micro_batch
         return float(min(micro_batches, pp + 1))
     if name == "interleaved" and vpp > 1:
         warmup = min(micro_batches * vpp, (pp - rank - 1) * 2 + (vpp - 1) * pp)
-        return float(warmup + 1)
+        return float(min(micro_batches * vpp, warmup + 1))
     return float(min(micro_batches, pp - rank))

@@ -100,6 +100,10 @@ def _split_layers(kinds: list[str], parts: int) -> list[list[str]]:
 
 class _StepBuilder:
     def __init__(self, job: TrainingJob) -> None:
+        if not job.moe_imbalance >= 1.0:
+            raise WindtunnelError(f"Field 'moe_imbalance' is {job.moe_imbalance}: it is the busiest expert rank's tokens "
+                                  "over the balanced share, so it must be >= 1 (1.0 = perfectly balanced).",
+                                  field="moe_imbalance")
         self.job = job
         model, cluster = job.model, job.cluster
         self.plan = validate_plan(job.plan, None if job.dag else model, cluster.devices, job.seq_len,
