@@ -56,6 +56,9 @@ class _Builder:
         # Traffic: read A (m x k) and B (k x n), write C (m x n), 16-bit operands.
         moved = ACT_BYTES * (m * k + k * n + m * n)
         saved_bytes = ACT_BYTES * m * k * count if saved is None else saved
+        if saved is None and self.s.precision == "fp8":
+            # FP8 GEMMs keep the already-quantised 1-byte copy of their input for the weight gradient.
+            saved_bytes /= 2
         if sp_input and self.s.sp and self.s.tp > 1:
             saved_bytes /= self.s.tp
         return self.g.add(Op(name, "gemm", flops=2.0 * m * n * k, bytes_moved=moved, saved_bytes=saved_bytes,

@@ -21,6 +21,20 @@ from windtunnel.specs.hardware import Cluster
 from windtunnel.train.placement import Placement
 
 SELECTIVE_OPS = ("core_attention", "core_attention_ring", "attn_scores", "attn_softmax", "attn_dropout", "attn_values")
+# With multi-head latent attention, selective recomputation also re-runs the up-projections from the
+# latent (Megatron's "mla_up_proj" module, DeepSeek-V3 report Sec. 3.2.3), so the per-head queries,
+# keys and values are not stored: only the compressed latents are.
+MLA_SELECTIVE_OPS = ("q_up_proj", "kv_up_proj", "rope")
+FLASH_OPS = ("core_attention", "core_attention_ring")
+
+
+def _is_mla(forward: OpGraph) -> bool:
+    return any(op.name == "kv_up_proj" for op in forward.ops)
+
+
+def selective_ops(forward: OpGraph) -> tuple[str, ...]:
+    """Names of the operators selective recomputation re-runs in this layer."""
+    return SELECTIVE_OPS + (MLA_SELECTIVE_OPS if _is_mla(forward) else ())
 COMM_STREAMS = ("tp", "cp", "ep", "dp")
 CATEGORY_OF_STREAM = {"tp": "tp_comm", "cp": "cp_comm", "ep": "ep_comm", "dp": "dp_comm", "pp": "pp_comm"}
 TP_OVERLAP_CHUNKS = 4
@@ -146,8 +160,9 @@ def recompute_graph(forward: OpGraph, mode: str) -> OpGraph:
     if mode == "selective":
         kept = OpGraph()
         index_map: dict[int, int] = {}
+        names = selective_ops(forward)
         for index, op in enumerate(forward.ops):
-            if op.name in SELECTIVE_OPS:
+            if op.name in names:
                 deps = tuple(index_map[d] for d in op.deps if d in index_map)
                 index_map[index] = kept.add(replace(op, phase="recompute", saved_bytes=0.0, deps=deps))
         return kept
@@ -176,5 +191,7 @@ def saved_activation_bytes(forward: OpGraph, mode: str) -> float:
     if mode == "selective":
         # Checkpointing core attention keeps its inputs (Q, K, V) but not the score-sized
         # softmax and dropout tensors in between (Korthikanti et al. 2022).
-        return sum(op.saved_bytes for op in forward.ops if not (op.name in SELECTIVE_OPS and op.kind == "memory"))
+        mla = _is_mla(forward)
+        return sum(op.saved_bytes for op in forward.ops
+                   if not (op.name in SELECTIVE_OPS and op.kind == "memory") and not (mla and op.name in FLASH_OPS))
     return sum(op.saved_bytes for op in forward.ops)
