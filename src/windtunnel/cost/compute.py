@@ -42,12 +42,22 @@ def gemm_time(m: int, n: int, k: int, precision: str, chip: Chip, eff: Efficienc
 
 
 def attention_time(op: Op, chip: Chip, eff: Efficiency) -> float:
-    """Seconds for a fused (flash) attention kernel; efficiency rises with the key length."""
-    _, _, kv_len, _ = op.shape
+    """Seconds for a fused (flash) attention kernel; efficiency rises with the keys each query sees.
+
+    ``op.shape`` is (batch*heads, q_len, kv_len, head_dim[, window_keys, window_share]): a share of
+    the FLOPs from sliding-window layers runs at the efficiency of the (short) window.
+    """
+    kv_len = op.shape[2]
+    window_keys, window_share = (op.shape[4], op.shape[5]) if len(op.shape) > 5 else (0, 0.0)
     peak = chip.peak("bf16") if "bf16" in chip.peak_flops else chip.peak("fp16")
     maximum = eff.attention_fwd if op.phase != "bwd" else eff.attention_bwd
-    efficiency = maximum * kv_len / (kv_len + eff.attention_half_length)
-    compute = op.flops / (peak * efficiency)
+
+    def rate(keys: float) -> float:
+        return peak * maximum * keys / (keys + eff.attention_half_length)
+
+    compute = op.flops * (1.0 - window_share) / rate(kv_len)
+    if window_share:
+        compute += op.flops * window_share / rate(window_keys)
     memory = op.bytes_moved / (chip.hbm_bandwidth * eff.memory_bandwidth)
     return max(compute, memory) + eff.kernel_overhead_s
 

@@ -137,9 +137,15 @@ class _Builder:
         kv_len = s.seq_len
         # Causal masking halves the score matrix; a sliding window caps each query's keys.
         effective_kv = kv_len / 2.0
+        window_keys, window_share = 0, 0.0
         if m.attention_window:
             windowed = min(float(m.attention_window), effective_kv)
-            effective_kv = (1 - m.windowed_layer_fraction) * effective_kv + m.windowed_layer_fraction * windowed
+            full = effective_kv
+            effective_kv = (1 - m.windowed_layer_fraction) * full + m.windowed_layer_fraction * windowed
+            # The kernel's efficiency depends on the keys each query block sees, so the windowed
+            # layers' share of the work is costed at the window's length (see cost.compute).
+            window_keys = min(m.attention_window, kv_len)
+            window_share = m.windowed_layer_fraction * windowed / effective_kv
         score_flops = 2.0 * b * heads * q_len * effective_kv * qk_dim
         value_flops = 2.0 * b * heads * q_len * effective_kv * v_dim
         qkv_bytes = ACT_BYTES * b * q_len * (heads * qk_dim + kv_heads * (qk_dim + v_dim))
@@ -155,13 +161,15 @@ class _Builder:
             saved = qkv_bytes + 4.0 * b * heads * q_len
             first = self.g.add(Op("core_attention", "attention", flops=(score_flops + value_flops) / max(1, s.cp),
                                   bytes_moved=qkv_bytes + out_bytes, saved_bytes=saved / max(1, s.cp),
-                                  shape=(b * heads, q_len, kv_len, qk_dim), deps=deps, precision="bf16"))
+                                  shape=(b * heads, q_len, kv_len, qk_dim, window_keys, window_share), deps=deps,
+                                  precision="bf16"))
             if s.cp == 1:
                 return (first,)
             rest = self.g.add(Op("core_attention_ring", "attention",
                                  flops=(score_flops + value_flops) * (s.cp - 1) / s.cp,
                                  bytes_moved=(qkv_bytes + out_bytes) * (s.cp - 1), saved_bytes=saved * (s.cp - 1) / s.cp,
-                                 shape=(b * heads, q_len, kv_len, qk_dim), deps=(first, *ring), precision="bf16"))
+                                 shape=(b * heads, q_len, kv_len, qk_dim, window_keys, window_share), deps=(first, *ring),
+                                 precision="bf16"))
             return (rest,)
         # Unfused attention (pre-FlashAttention Megatron): batched GEMMs plus softmax and dropout on the
         # full score matrix, whose activations are what selective recomputation avoids storing.
