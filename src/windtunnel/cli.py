@@ -60,6 +60,116 @@ def train_simulate(
             console.print(f"trace written to {trace} (open in https://ui.perfetto.dev)")
 
 
+def _parse_pins(pins: list[str]) -> dict[str, list]:
+    """``--pin tp=4,8 --pin recompute=none,full`` -> {'tp': [4, 8], 'recompute': ['none', 'full']}."""
+    from windtunnel.train.space import DIMENSIONS
+
+    out: dict[str, list] = {}
+    for pin in pins:
+        if "=" not in pin:
+            raise WindtunnelError(f"Pin '{pin}' is not of the form dimension=value[,value...] (field 'pin'), "
+                                  "e.g. --pin tp=4,8.", field="pin")
+        key, values = (part.strip() for part in pin.split("=", 1))
+        key = {"mb": "mbs", "micro_batch": "mbs", "overlap": "tp_overlap"}.get(key, key)
+        if key not in DIMENSIONS:
+            raise WindtunnelError(f"Unknown search dimension '{key}' (field 'pin'); dimensions: {', '.join(DIMENSIONS)}.",
+                                  field="pin")
+        parsed: list = []
+        for value in values.split(","):
+            value = value.strip()
+            if key in ("sp", "tp_overlap"):
+                if value.lower() not in ("true", "false", "1", "0"):
+                    raise WindtunnelError(f"Pin '{key}' takes true/false, got '{value}'.", field=key)
+                parsed.append(value.lower() in ("true", "1"))
+            elif key in ("recompute", "schedule", "order"):
+                parsed.append(value.lower())
+            else:
+                try:
+                    parsed.append(int(value))
+                except ValueError as exc:
+                    raise WindtunnelError(f"Pin '{key}' takes integers, got '{value}'.", field=key) from exc
+        out[key] = parsed
+    return out
+
+
+@train_app.command("search")
+def train_search(
+    model: str = typer.Option(..., help="Catalog model id, model YAML, or Hugging Face config.json."),
+    hardware: str = typer.Option(..., help="Chip id (uses its default cluster), cluster id, or cluster YAML."),
+    devices: int = typer.Option(..., help="Number of devices in the job."),
+    seq_len: int = typer.Option(4096, help="Sequence length (tokens)."),
+    global_batch: int = typer.Option(..., help="Global batch (sequences per step)."),
+    precision: str = typer.Option("bf16", help="bf16, fp16 or fp8."),
+    pin: list[str] = typer.Option([], help="Pin a dimension to values, e.g. --pin tp=4,8 --pin recompute=none,full."),
+    top: int = typer.Option(20, help="Plans to show."),
+    refine: int = typer.Option(32, help="Best screened plans refined with the event engine."),
+    baseline: str | None = typer.Option(None, help="A plan to compare with (reports the gain)."),
+    moe_imbalance: float = typer.Option(1.1, help="Tokens on the busiest expert rank / the balanced share."),
+    backend: str = typer.Option("local", help="local (processes on this machine) or ray."),
+    address: str | None = typer.Option(None, help="Ray cluster address ('auto' joins a running cluster)."),
+    workers: int | None = typer.Option(None, help="Local processes (default: all cores)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted search from its state file."),
+    state: Path | None = typer.Option(None, help="State file for --resume (default: .windtunnel-search-<hash>.json)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    out: Path | None = typer.Option(None, help="Write the ranked plans as CSV or Parquet."),
+    report: Path | None = typer.Option(None, help="Write a self-contained HTML report with plots."),
+) -> None:
+    """Search the parallel-plan space for the fastest plan that fits: enumerate, prune, screen, refine."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from windtunnel.api import resolve_model
+    from windtunnel.report.search_report import search_table, write_html, write_table
+    from windtunnel.search.backends import make_backend
+    from windtunnel.specs.hardware import load_hardware
+    from windtunnel.specs.yamlio import write_atomic
+    from windtunnel.train.search import search_training
+    from windtunnel.train.space import SearchSpace
+
+    if precision not in ("bf16", "fp16", "fp8"):
+        raise WindtunnelError(f"Field 'precision' is '{precision}'; valid: bf16, fp16, fp8.", field="precision")
+    spec, dag = resolve_model(model)
+    if dag is not None:
+        raise WindtunnelError("Plan search needs a transformer model (catalog, YAML or config.json), not an operator DAG.")
+    cluster = load_hardware(hardware, devices)
+    cluster.chip.peak(precision)
+    space = SearchSpace(spec, cluster, seq_len, global_batch, precision=precision, moe_imbalance=moe_imbalance,
+                        choices=_parse_pins(pin))
+    state_path = state or Path(f".windtunnel-search-{space.fingerprint()}.json")
+    runner = make_backend(backend, address=address, workers=workers)
+    show = not as_json and sys.stderr.isatty()
+    try:
+        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:,}/{task.total:,}"),
+                      TimeElapsedColumn(), console=Console(stderr=True), disable=not show, transient=True) as bar:
+            tasks: dict[str, int] = {}
+
+            def progress(phase: str, done: int, total: int) -> None:
+                if phase not in tasks:
+                    tasks[phase] = bar.add_task(phase, total=total)
+                bar.update(tasks[phase], completed=done, total=total)
+
+            document = search_training(space, runner, top=top, refine_count=refine, baseline=baseline,
+                                       state_path=state_path, resume=resume, progress=progress)
+    except KeyboardInterrupt:
+        sys.stderr.write(f"interrupted; refined results so far are in {state_path}; rerun with --resume\n")
+        raise typer.Exit(130) from None
+    finally:
+        runner.close()
+    if out is not None:
+        write_table(document, out)
+    if report is not None:
+        write_html(document, report)
+    if as_json:
+        _emit_json(document)
+    else:
+        search_table(document, console)
+        for path in (out, report):
+            if path is not None:
+                console.print(f"written: {path}")
+    if state is None and state_path.exists():
+        state_path.unlink()  # a finished search needs no state file unless the user named one
+    _ = write_atomic
+
+
 @validate_app.command("training")
 def validate_training(
     csv_path: Path = typer.Argument(..., help="CSV in the schema of shared/reference/training_runs.csv."),

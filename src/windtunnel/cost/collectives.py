@@ -86,19 +86,7 @@ def collective_time(kind: str, message_bytes: float, group: GroupPlacement, clus
     if group.size <= 1 or message_bytes <= 0:
         return 0.0
     if kind in ("all_reduce", "all_gather", "reduce_scatter"):
-        passes = 2.0 if kind == "all_reduce" else 1.0
-        hierarchical = 0.0
-        data = message_bytes
-        for tier, members in group.levels:
-            hierarchical += _ring(members, data, cluster, tier, eff, passes)
-            data /= members
-        if kind != "all_reduce" or len(group.levels) == 0:
-            return hierarchical
-        # NCCL-style choice among algorithms: the hierarchical ring above, a flat ring over the
-        # slowest tier, and a double binary tree (log-depth latency, derated bandwidth).
-        slowest = group.outermost_tier
-        flat = _ring(group.size, message_bytes, cluster, slowest, eff, passes)
-        return min(hierarchical, flat, tree_all_reduce_time(message_bytes, group, cluster, eff))
+        return min(algorithm(message_bytes) for algorithm in reduction_algorithms(kind, group, cluster, eff))
     if kind == "all_to_all":
         # Each member sends (size-1)/size of its buffer; what goes to peers beyond a tier's domain
         # crosses that tier's links. Tiers run concurrently (NVLink and NICs are separate), so the
@@ -121,6 +109,48 @@ def collective_time(kind: str, message_bytes: float, group: GroupPlacement, clus
         bandwidth = _tier_bandwidth(cluster, tier, eff, message_bytes)
         return message_bytes / bandwidth + cluster.tiers[tier].latency
     raise ValueError(f"unknown collective '{kind}'")
+
+
+def reduction_algorithms(kind: str, group: GroupPlacement, cluster: Cluster, eff: Efficiency) -> list:
+    """The algorithms NCCL/HCCL may pick for a reduction collective, each as ``f(message_bytes) -> s``.
+
+    All-gather and reduce-scatter run hierarchically (rings inside each tier's domains, data shrinking
+    outwards). All-reduce may also run as one flat ring over the slowest tier or as a double binary
+    tree; the fastest is used. Each is affine in the message size, which the vectorised search screen
+    relies on.
+    """
+    passes = 2.0 if kind == "all_reduce" else 1.0
+
+    def hierarchical(message_bytes: float) -> float:
+        total, data = 0.0, message_bytes
+        for tier, members in group.levels:
+            total += _ring(members, data, cluster, tier, eff, passes)
+            data /= members
+        return total
+
+    if kind != "all_reduce" or not group.levels:
+        return [hierarchical]
+
+    def flat(message_bytes: float) -> float:
+        return _ring(group.size, message_bytes, cluster, group.outermost_tier, eff, passes)
+
+    def tree(message_bytes: float) -> float:
+        return tree_all_reduce_time(message_bytes, group, cluster, eff)
+
+    return [hierarchical, flat, tree]
+
+
+def affine_pieces(kind: str, group: GroupPlacement, cluster: Cluster, eff: Efficiency) -> list[tuple[float, float]]:
+    """(intercept s, slope s/byte) of each algorithm: time(M) = min over pieces of a + b*M for M > 0."""
+    if group.size <= 1:
+        return [(0.0, 0.0)]
+    low, high = 1.0e6, 1.0e9
+    pieces = []
+    for algorithm in reduction_algorithms(kind, group, cluster, eff):
+        t_low, t_high = algorithm(low), algorithm(high)
+        slope = (t_high - t_low) / (high - low)
+        pieces.append((t_low - slope * low, slope))
+    return pieces
 
 
 def tree_all_reduce_time(message_bytes: float, group: GroupPlacement, cluster: Cluster, eff: Efficiency) -> float:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
 
 from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.model import ModelSpec
@@ -36,6 +36,16 @@ class Plan(BaseModel):
     schedule: Schedule | None = None
     precision: Literal["bf16", "fp16", "fp8"] = "bf16"
     dispatcher: Literal["alltoall", "deepep"] = "deepep"
+    order: str = "tp-cp-dp-pp"
+
+    @field_validator("order")
+    @classmethod
+    def _check_order(cls, value: str) -> str:
+        parts = value.lower().split("-")
+        if sorted(parts) != ["cp", "dp", "pp", "tp"]:
+            raise ValueError("order must be a permutation of tp, cp, dp, pp joined by '-', e.g. tp-cp-dp-pp "
+                             "(innermost first: Megatron's default) or tp-cp-pp-dp (pipeline stages inside a node)")
+        return "-".join(parts)
 
     def to_string(self) -> str:
         """The ``tp=..,pp=..`` form that ``--plan`` accepts."""
@@ -50,8 +60,30 @@ class Plan(BaseModel):
             parts.append(f"dispatcher={self.dispatcher}")
         if self.etp > 1:
             parts.append(f"etp={self.etp}")
+        if self.order != "tp-cp-dp-pp":
+            parts.append(f"order={self.order}")
         if self.recompute_layers >= 0:
             parts.append(f"recompute_layers={self.recompute_layers}")
+        return ",".join(parts)
+
+    def short(self) -> str:
+        """A compact form for tables: only what differs from the defaults (still valid for --plan)."""
+        default = Plan()
+        parts = [f"tp={self.tp}", f"pp={self.pp}"]
+        for name in ("cp", "ep", "vpp", "mbs"):
+            if getattr(self, name) != 1:
+                parts.append(f"{name}={getattr(self, name)}")
+        parts.append(f"recompute={self.recompute}" + (f":{self.recompute_layers}" if self.recompute_layers >= 0 else ""))
+        if self.sequence_parallel:
+            parts.append("sp")
+        if self.tp_overlap and self.sequence_parallel:
+            parts.append("tp_overlap")
+        parts.append(f"zero={self.zero}")
+        if self.pipeline_schedule == "dualpipe":
+            parts.append("dualpipe")
+        for name in ("precision", "order"):
+            if getattr(self, name) != getattr(default, name):
+                parts.append(f"{name}={getattr(self, name)}")
         return ",".join(parts)
 
     @property
@@ -106,7 +138,7 @@ def parse_plan(text: str | dict | Plan) -> Plan:
             value = _BOOLS[value.lower()]
         if key == "zero" and isinstance(value, str) and value.lower() in ("true", "false"):
             value = 1 if value.lower() == "true" else 0
-        if key in ("recompute", "schedule", "precision", "dispatcher") and isinstance(value, str):
+        if key in ("recompute", "schedule", "precision", "dispatcher", "order") and isinstance(value, str):
             value = value.lower()
         data[key] = value
     from windtunnel.specs.validation import build

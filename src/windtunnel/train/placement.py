@@ -40,16 +40,28 @@ class Placement:
         return out
 
 
+def strides(plan: Plan) -> dict[str, int]:
+    """Device stride of each parallel dimension under the plan's rank order (innermost first)."""
+    sizes = {"tp": plan.tp, "cp": plan.cp, "dp": plan.dp, "pp": plan.pp}
+    out, stride = {}, 1
+    for name in plan.order.split("-"):
+        out[name] = stride
+        stride *= sizes[name]
+    return out
+
+
 def place_plan(plan: Plan, cluster: Cluster) -> Placement:
     """Place the plan's groups; ``plan.dp`` must already be filled in."""
     tp, cp, dp, ep, etp = plan.tp, plan.cp, plan.dp, plan.ep, plan.etp
     expert_dp = max(1, tp * cp * dp // (ep * etp))
-    pp_stride = tp * cp * dp
+    stride = strides(plan)
+    # Expert layers regroup the stage's TP x CP x DP ranks: EP is innermost unless TP is not.
+    ep_stride = etp if stride["tp"] == 1 else stride["tp"]
     return Placement(
-        tp=place_group("tp", tp, 1, cluster),
-        cp=place_group("cp", cp, tp, cluster),
-        ep=place_group("ep", ep, etp, cluster),
-        dp=place_group("dp", dp * cp, tp, cluster),
-        expert_dp=place_group("expert_dp", expert_dp, ep * etp, cluster),
-        pp_tier=cluster.tier_index_for_span(pp_stride + 1) if plan.pp > 1 else 0,
+        tp=place_group("tp", tp, stride["tp"], cluster),
+        cp=place_group("cp", cp, stride["cp"], cluster),
+        ep=place_group("ep", ep, ep_stride, cluster),
+        dp=place_group("dp", dp * cp, min(stride["dp"], stride["cp"]) if cp > 1 else stride["dp"], cluster),
+        expert_dp=place_group("expert_dp", expert_dp, ep_stride * ep, cluster),
+        pp_tier=cluster.tier_index_for_span(stride["pp"] + 1) if plan.pp > 1 else 0,
     )

@@ -1,0 +1,1 @@
+"""Generic search runner: enumerate, prune, screen, refine; local-process and Ray backends."""

@@ -1,0 +1,84 @@
+"""Where the expensive, independent pieces of a search run: local processes (default) or Ray.
+
+A backend maps a picklable top-level function over a list of items and returns the results in the
+items' order, so every backend gives the same answer.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from windtunnel.specs.errors import WindtunnelError
+
+
+class LocalBackend:
+    """A pool of local processes (all cores by default); runs inline when there is one worker."""
+
+    name = "local"
+
+    def __init__(self, workers: int | None = None) -> None:
+        self.workers = max(1, workers or os.cpu_count() or 1)
+        self._pool = None
+
+    def map(self, function: Callable, items: Sequence[Any]) -> list:
+        if self.workers == 1 or len(items) < 2:
+            return [function(item) for item in items]
+        if self._pool is None:
+            self._pool = multiprocessing.get_context("fork").Pool(self.workers)
+        chunk = max(1, len(items) // (self.workers * 4))
+        return self._pool.map(function, items, chunksize=chunk)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool.join()
+            self._pool = None
+
+
+class RayBackend:
+    """Tasks on a Ray cluster (``address='auto'`` joins a running one; None starts a local instance)."""
+
+    name = "ray"
+
+    def __init__(self, address: str | None = None, num_cpus: int | None = None) -> None:
+        try:
+            import ray
+        except ImportError as exc:
+            raise WindtunnelError("The Ray backend needs the optional extra: pip install 'windtunnel[ray]' "
+                                  "(field 'backend', valid: local, ray).", field="backend") from exc
+        self._ray = ray
+        self._started = False
+        if not ray.is_initialized():
+            kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+            if address:
+                kwargs["address"] = address
+            elif num_cpus:
+                kwargs["num_cpus"] = num_cpus
+            ray.init(**kwargs)
+            self._started = True
+        self._remote: dict[Callable, Any] = {}
+
+    def map(self, function: Callable, items: Sequence[Any]) -> list:
+        if not items:
+            return []
+        if function not in self._remote:
+            self._remote[function] = self._ray.remote(function)
+        remote = self._remote[function]
+        return self._ray.get([remote.remote(item) for item in items])
+
+    def close(self) -> None:
+        if self._started:
+            self._ray.shutdown()
+            self._started = False
+
+
+def make_backend(name: str, *, address: str | None = None, workers: int | None = None):
+    """A backend by name: 'local' or 'ray'."""
+    if name == "local":
+        return LocalBackend(workers)
+    if name == "ray":
+        return RayBackend(address, num_cpus=workers)
+    raise WindtunnelError(f"Unknown backend '{name}' (field 'backend'); valid: local, ray.", field="backend")
