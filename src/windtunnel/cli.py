@@ -105,6 +105,7 @@ def train_search(
     refine: int = typer.Option(32, help="Best screened plans refined with the event engine."),
     baseline: str | None = typer.Option(None, help="A plan to compare with (reports the gain)."),
     moe_imbalance: float = typer.Option(1.1, help="Tokens on the busiest expert rank / the balanced share."),
+    no_flash: bool = typer.Option(False, "--no-flash", help="Unfused attention (scores materialised)."),
     backend: str = typer.Option("local", help="local (processes on this machine) or ray."),
     address: str | None = typer.Option(None, help="Ray cluster address ('auto' joins a running cluster)."),
     workers: int | None = typer.Option(None, help="Local processes (default: all cores)."),
@@ -133,7 +134,7 @@ def train_search(
     cluster = load_hardware(hardware, devices)
     cluster.chip.peak(precision)
     space = SearchSpace(spec, cluster, seq_len, global_batch, precision=precision, moe_imbalance=moe_imbalance,
-                        choices=_parse_pins(pin))
+                        choices=_parse_pins(pin), flash_attention=not no_flash)
     state_path = state or Path(f".windtunnel-search-{space.fingerprint()}.json")
     runner = make_backend(backend, address=address, workers=workers)
     show = not as_json and sys.stderr.isatty()

@@ -2,62 +2,89 @@
 
 Time when the compute stream is busy counts as its task's category (or the task's ``parts``
 split proportionally); time when it is idle but communication runs counts as exposed
-communication of that stream's kind; time when nothing runs is idle (a pipeline bubble).
+communication of that stream's kind (split evenly when several run at once); time when nothing
+runs is idle (a pipeline bubble). Streams run one task at a time, so each stream's tasks are
+disjoint intervals and the sweep below is a vectorised pass over their boundaries.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 
+import numpy as np
+
 from windtunnel.engine.core import Timeline
 
 
 def attribute(timeline: Timeline, *, primary: str | tuple[str, ...], others: tuple[str, ...],
-              until: float | None = None, idle_label: str = "idle") -> dict[str, float]:
-    """Seconds per category over [0, until] for the device whose compute stream(s) are ``primary``."""
+              until: float | None = None, idle_label: str = "idle", tasks: list[int] | None = None) -> dict[str, float]:
+    """Seconds per category over [0, until] for the device whose compute stream(s) are ``primary``.
+
+    ``tasks`` optionally restricts the scan to these task ids (e.g. one device's), for speed.
+    Compute streams listed in ``primary`` must not overlap each other (they share the device).
+    """
     primary = (primary,) if isinstance(primary, str) else tuple(primary)
     horizon = timeline.makespan if until is None else until
-    events: list[tuple[float, int, int]] = []  # (time, +1/-1, task)
-    considered = set((*primary, *others))
-    for task, stream in enumerate(timeline.streams):
-        if stream in considered and timeline.end[task] > timeline.start[task]:
-            events.append((timeline.start[task], 1, task))
-            events.append((timeline.end[task], -1, task))
-    events.sort(key=lambda e: (e[0], e[1]))
-    active: dict[int, None] = {}
+    candidates = range(len(timeline.streams)) if tasks is None else tasks
     totals: dict[str, float] = defaultdict(float)
-    last = 0.0
-    for time, sign, task in events:
-        time = min(time, horizon)
-        span = time - last
-        if span > 0:
-            _credit(timeline, active, primary, span, totals, idle_label)
-        last = time
-        if sign > 0:
-            active[task] = None
-        else:
-            active.pop(task, None)
-    if horizon > last:
-        _credit(timeline, active, primary, horizon - last, totals, idle_label)
+    compute: list[tuple[float, float]] = []
+    comm: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
+    wanted = set(others)
+    for task in candidates:
+        stream = timeline.streams[task]
+        start, end = timeline.start[task], min(timeline.end[task], horizon)
+        if end <= start:
+            continue
+        if stream in primary:
+            compute.append((start, end))
+            parts = timeline.parts[task]
+            span = end - start
+            if parts:
+                whole = sum(parts.values()) or 1.0
+                for key, value in parts.items():
+                    totals[key] += span * value / whole
+            else:
+                totals[timeline.categories[task]] += span
+        elif stream in wanted:
+            comm[stream].append((start, end, timeline.categories[task]))
+    # Idle compute time, split among whatever communication runs then.
+    streams = sorted(comm)
+    boundaries = [0.0, horizon]
+    for start, end in compute:
+        boundaries += [start, end]
+    for stream in streams:
+        for start, end, _ in comm[stream]:
+            boundaries += [start, end]
+    edges = np.unique(np.clip(np.asarray(boundaries), 0.0, horizon))
+    if len(edges) < 2:
+        return dict(totals)
+    middles = (edges[:-1] + edges[1:]) / 2.0
+    lengths = np.diff(edges)
+    idle = ~_covered(middles, compute)
+    active = [_covered(middles, [(s, e) for s, e, _ in comm[stream]]) for stream in streams]
+    count = np.sum(active, axis=0) if active else np.zeros(len(middles))
+    for stream, covered in zip(streams, active, strict=True):
+        share = np.where(idle & covered, lengths / np.maximum(count, 1), 0.0)
+        if share.any():
+            # Categories inside one stream follow its tasks: sum each task's segments.
+            cumulative = np.concatenate([[0.0], np.cumsum(share)])
+            for start, end, category in comm[stream]:
+                lo, hi = np.searchsorted(middles, [start, end])
+                value = float(cumulative[hi] - cumulative[lo])
+                if value:
+                    totals[category] += value
+    bubble = float(lengths[idle & (count == 0)].sum())
+    if bubble:
+        totals[idle_label] += bubble
     return dict(totals)
 
 
-def _credit(timeline: Timeline, active: dict[int, None], primary: tuple[str, ...], span: float,
-            totals: dict[str, float], idle_label: str) -> None:
-    compute = [t for t in active if timeline.streams[t] in primary]
-    if compute:
-        task = compute[0]
-        parts = timeline.parts[task]
-        if parts:
-            whole = sum(parts.values()) or 1.0
-            for key, value in parts.items():
-                totals[key] += span * value / whole
-        else:
-            totals[timeline.categories[task]] += span
-        return
-    comms = [t for t in active if timeline.streams[t] not in primary]
-    if not comms:
-        totals[idle_label] += span
-        return
-    for task in comms:
-        totals[timeline.categories[task]] += span / len(comms)
+def _covered(points: np.ndarray, intervals: list[tuple[float, float]]) -> np.ndarray:
+    """For sorted points, whether each lies inside one of the (disjoint) intervals."""
+    if not intervals:
+        return np.zeros(len(points), dtype=bool)
+    bounds = np.asarray(sorted(intervals))
+    index = np.searchsorted(bounds[:, 0], points, side="right") - 1
+    valid = index >= 0
+    ends = np.where(valid, bounds[np.maximum(index, 0), 1], -np.inf)
+    return valid & (points < ends)

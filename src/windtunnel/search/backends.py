@@ -38,6 +38,11 @@ class LocalBackend:
             self._pool = None
 
 
+def _apply(function: Callable, item: Any) -> Any:
+    """Run one item on a Ray worker (a plain function, so any picklable callable can be mapped)."""
+    return function(item)
+
+
 class RayBackend:
     """Tasks on a Ray cluster (``address='auto'`` joins a running one; None starts a local instance)."""
 
@@ -59,15 +64,13 @@ class RayBackend:
                 kwargs["num_cpus"] = num_cpus
             ray.init(**kwargs)
             self._started = True
-        self._remote: dict[Callable, Any] = {}
+        self._apply = ray.remote(_apply)
 
     def map(self, function: Callable, items: Sequence[Any]) -> list:
         if not items:
             return []
-        if function not in self._remote:
-            self._remote[function] = self._ray.remote(function)
-        remote = self._remote[function]
-        return self._ray.get([remote.remote(item) for item in items])
+        shared = self._ray.put(function)  # ship the (possibly large) callable once
+        return self._ray.get([self._apply.remote(shared, item) for item in items])
 
     def close(self) -> None:
         if self._started:

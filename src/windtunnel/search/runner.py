@@ -22,6 +22,9 @@ from windtunnel.search.pareto import pareto_mask
 from windtunnel.specs.yamlio import write_atomic
 
 CHUNK = 65536
+# Screened step-time histogram: log-spaced bins from 1 ms to 1e5 s, enough to place any plan's
+# estimate among all screened candidates (a percentile) without keeping them all.
+HISTOGRAM_EDGES = np.logspace(-3, 5, 4001)
 
 
 class Problem(Protocol):
@@ -64,6 +67,16 @@ class SearchState:
     cells: dict[str, float] = field(default_factory=dict)
     refined: dict[str, dict] = field(default_factory=dict)
     elapsed_s: dict[str, float] = field(default_factory=dict)
+    histogram: list[int] = field(default_factory=lambda: [0] * (len(HISTOGRAM_EDGES) - 1))
+
+    def percentile_of(self, seconds: float) -> float | None:
+        """Fraction of screened candidates whose estimate is faster than ``seconds``."""
+        total = sum(self.histogram)
+        if not total:
+            return None
+        index = int(np.searchsorted(HISTOGRAM_EDGES, seconds, side="right")) - 1
+        index = min(max(index, 0), len(self.histogram))
+        return float(sum(self.histogram[:index])) / total
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__, sort_keys=True)
@@ -139,6 +152,8 @@ def _screen_phase(problem: Problem, backend: Any, state: SearchState, refine: in
             state.pruned["out of memory"] = state.pruned.get("out of memory", 0) + over
         state.screened += int(fits.sum())
         chosen = np.nonzero(fits)[0]
+        counts, _ = np.histogram(np.clip(seconds[chosen], HISTOGRAM_EDGES[0], HISTOGRAM_EDGES[-1]), HISTOGRAM_EDGES)
+        state.histogram = [int(a + b) for a, b in zip(state.histogram, counts, strict=True)]
         if len(chosen):
             cells = problem.cell(chunk)
             for cell in np.unique(cells[chosen]):

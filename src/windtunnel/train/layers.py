@@ -106,11 +106,11 @@ class LayerCoster:
         engine = Engine()
         task_of: dict[tuple[int, int], list[int]] = {}
         flops = model_flops = 0.0
-        gather = None
         if zero3_gather > 0:
-            # ZeRO-3: this layer's parameters are gathered (prefetched while the previous layer
-            # computes, so the layer waits only for what the prefetch did not hide).
-            gather = engine.task("zero3_param_gather", "dp", zero3_gather, (), category="dp_comm")
+            # ZeRO-3 prefetch: while this layer computes, the next layer's parameters are gathered
+            # (and, in backward, this layer's gradients reduce-scattered); in steady state a layer
+            # takes the longer of the two, so the transfer runs beside the compute, ungated.
+            engine.task("zero3_param_gather", "dp", zero3_gather, (), category="dp_comm")
         previous_sinks: tuple[int, ...] = ()
         primaries = ["compute"]
         for gi, graph in enumerate(graphs):
@@ -130,11 +130,8 @@ class LayerCoster:
                     for dep in op.deps:
                         producer = task_of[(gi, dep)]
                         deps.append(producer[min(piece, len(producer) - 1)] if len(producer) == count else producer[-1])
-                    if not op.deps:
-                        if gather is not None and op.stream == "compute":
-                            deps.append(gather)
-                        if not concurrent:
-                            deps.extend(previous_sinks)
+                    if not op.deps and not concurrent:
+                        deps.extend(previous_sinks)
                     if op.is_comm:
                         category = CATEGORY_OF_STREAM[op.stream]
                     else:

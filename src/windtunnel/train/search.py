@@ -128,13 +128,42 @@ def build_document(space: SearchSpace, state: SearchState, *, top: int, baseline
     }
     if baseline_plan is not None:
         result = _RefineTask(space)(baseline_plan.to_string())
+        estimate = screen_plan(space, baseline_plan)
         best = rows[0] if rows else None
         gain = (best["tokens_per_s"] / result["tokens_per_s"] - 1.0) if best and result["tokens_per_s"] else None
         document["baseline"] = {"plan": result["validated_plan"], **{k: result[k] for k in RESULT_KEYS},
                                 "gain": gain,
                                 "rank_in_search": next((row["rank"] for row in rows
-                                                        if row["plan"] == result["validated_plan"]), None)}
+                                                        if row["plan"] == result["validated_plan"]), None),
+                                "screen_step_time_s": estimate,
+                                "screen_percentile": state.percentile_of(estimate) if estimate else None}
     return document
+
+
+def screen_plan(space: SearchSpace, plan) -> float | None:
+    """The screen's estimate for one plan (None when the plan is outside the space's rules)."""
+    from windtunnel.specs.plan import Plan
+
+    plan = plan if isinstance(plan, Plan) else parse_plan(plan)
+    level = plan.recompute + (f":{plan.recompute_layers}" if plan.recompute == "full" and plan.recompute_layers >= 0 else "")
+    pinned = SearchSpace(space.model, space.cluster, space.seq_len, space.global_batch, precision=plan.precision,
+                         moe_imbalance=space.moe_imbalance, flash_attention=space.flash_attention,
+                         choices={"tp": [plan.tp], "pp": [plan.pp], "vpp": [plan.vpp], "cp": [plan.cp], "ep": [plan.ep],
+                                  "mbs": [plan.mbs], "recompute": [level], "zero": [plan.zero],
+                                  "sp": [plan.sequence_parallel], "tp_overlap": [plan.tp_overlap and plan.sequence_parallel],
+                                  "schedule": [plan.pipeline_schedule], "order": [plan.order]})
+    if level not in pinned.values["recompute"]:
+        return None
+    problem = TrainingProblem(pinned)
+    chunk = problem.chunk(0, 1)
+    keep, _ = problem.prune(chunk)
+    if not keep.all():
+        return None
+    from windtunnel.search.backends import LocalBackend
+
+    problem.prepare(chunk, LocalBackend(1))
+    seconds, _, _ = problem.screen(chunk)
+    return float(seconds[0])
 
 
 def _pareto(rows: list[dict]) -> list[dict]:

@@ -58,6 +58,7 @@ class SearchSpace:
     precision: str = "bf16"
     moe_imbalance: float = 1.1
     choices: dict[str, list] = field(default_factory=dict)
+    flash_attention: bool = True
 
     def __post_init__(self) -> None:
         model, cluster = self.model, self.cluster
@@ -84,10 +85,12 @@ class SearchSpace:
                 raise WindtunnelError(f"Search dimension '{key}' has no values.", field=key)
             defaults[key] = list(values)
         for key in ("recompute",):
-            bad = [v for v in defaults[key] if v not in RECOMPUTE_LEVELS]
+            bad = [v for v in defaults[key] if v.split(":")[0] not in ("none", "selective", "full")
+                   or (":" in v and not (v.startswith("full:") and v.split(":")[1].isdigit()))]
             if bad:
-                raise WindtunnelError(f"Search dimension 'recompute' has unknown value(s) {bad}; valid: "
-                                      f"{', '.join(RECOMPUTE_LEVELS)}.", field="recompute")
+                raise WindtunnelError(f"Search dimension 'recompute' has unknown value(s) {bad}; valid: none, "
+                                      "selective, full, or full:K (full recomputation of the first K layers of each "
+                                      "chunk).", field="recompute")
         for key, valid in (("schedule", SCHEDULES),):
             bad = [v for v in defaults[key] if v not in valid]
             if bad:
@@ -110,6 +113,7 @@ class SearchSpace:
         """A hash of everything that defines the search (for --resume)."""
         doc = {"model": self.model.model_dump(), "cluster": self.cluster.model_dump(), "seq": self.seq_len,
                "batch": self.global_batch, "precision": self.precision, "imbalance": self.moe_imbalance,
+               "flash": self.flash_attention,
                "values": {k: [str(v) for v in vs] for k, vs in self.values.items()}}
         return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -224,7 +228,8 @@ def shard_job(space: SearchSpace, key: ShardKey) -> TrainingJob:
     plan = Plan(tp=key.tp, cp=key.cp, ep=key.ep, mbs=key.mbs, sp=key.sp, tp_overlap=key.tp_overlap,
                 precision=space.precision, zero=1)
     return TrainingJob(model=space.model, cluster=cluster, plan=plan, seq_len=space.seq_len,
-                       global_batch=key.mbs * dp, moe_imbalance=space.moe_imbalance)
+                       global_batch=key.mbs * dp, moe_imbalance=space.moe_imbalance,
+                       flash_attention=space.flash_attention)
 
 
 def cost_shard(space: SearchSpace, key: ShardKey) -> ShardCost:
@@ -499,7 +504,8 @@ class Screen:
 def refine(space: SearchSpace, plan: Plan) -> TrainingResult:
     """The full event simulation of one candidate."""
     job = TrainingJob(model=space.model, cluster=space.cluster, plan=plan, seq_len=space.seq_len,
-                      global_batch=space.global_batch, moe_imbalance=space.moe_imbalance)
+                      global_batch=space.global_batch, moe_imbalance=space.moe_imbalance,
+                      flash_attention=space.flash_attention)
     return simulate(job)
 
 

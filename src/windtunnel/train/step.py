@@ -352,7 +352,10 @@ class _StepBuilder:
             raise WindtunnelError("Pipeline schedule deadlock: a block waits for one that never runs.")
         # Gradient-norm all-reduce makes the optimizer step a global synchronisation point.
         finals = [t for rank in range(plan.pp) for t in dp_tasks[rank]]
-        finals += [max(i for i, s in enumerate(engine.streams) if s == f"r{rank}") for rank in range(plan.pp)]
+        last: dict[str, int] = {}
+        for index, stream in enumerate(engine.streams):
+            last[stream] = index
+        finals += [last[f"r{rank}"] for rank in range(plan.pp) if f"r{rank}" in last]
         for rank in range(plan.pp):
             owned = sum(c.dense_params / (self.placement.dp.size if plan.zero >= 1 else 1)
                         + c.expert_params / (self.placement.expert_dp.size if plan.zero >= 1 else 1)
@@ -470,9 +473,12 @@ def simulate(job: TrainingJob) -> TrainingResult:
 
     # Breakdown: averaged over the pipeline ranks, each of which spans the whole step.
     breakdown: dict[str, float] = {}
+    by_rank: dict[str, list[int]] = {}
+    for index, stream in enumerate(timeline.streams):
+        by_rank.setdefault(stream.split(".", 1)[0], []).append(index)
     for rank in range(plan.pp):
         parts = attribute(timeline, primary=f"r{rank}", others=(f"r{rank}.pp", f"r{rank}.dp"), until=step,
-                          idle_label="bubble")
+                          idle_label="bubble", tasks=by_rank.get(f"r{rank}", []))
         for key, value in parts.items():
             breakdown[key] = breakdown.get(key, 0.0) + value / plan.pp
 
