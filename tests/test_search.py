@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from windtunnel.search.backends import LocalBackend
-from windtunnel.search.runner import run_search
 from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.hardware import load_hardware
 from windtunnel.specs.model import load_model
