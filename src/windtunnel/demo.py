@@ -58,6 +58,23 @@ def main() -> None:
     console.print(f"best feasible plan: {best.plan}\n  -> {best.tokens_per_s:,.0f} tokens/s on the supernode; "
                   f"step trace in {trace_path} (open in https://ui.perfetto.dev)")
 
+    console.rule("Plan search: the whole deployment space for DeepSeek-V3 on the supernode")
+    from windtunnel.report.search_report import search_table
+    from windtunnel.search.backends import LocalBackend
+    from windtunnel.specs.hardware import load_hardware
+    from windtunnel.specs.model import load_model
+    from windtunnel.train.search import search_training
+    from windtunnel.train.space import SearchSpace
+
+    space = SearchSpace(load_model("deepseek-v3"), load_hardware("ascend-910c", 384), 4096, 1152)
+    backend = LocalBackend()
+    try:
+        document = search_training(space, backend, top=5, refine_count=16,
+                                   baseline="tp=1,pp=12,ep=32,mbs=1,recompute=full,zero=1")
+    finally:
+        backend.close()
+    search_table(document, console)
+
     console.rule("Llama-3 405B on 16,384 H100 (the Llama 3 paper's 8K-context setup)")
     _plan_table(console, "16,384 x H100 SXM, seq 8192, global batch 2048", "llama3-405b", "h100-sxm", 16384, 8192, 2048, [
         "tp=8,pp=16,mbs=1,recompute=selective,sp=true,zero=1",
