@@ -220,7 +220,15 @@ class _Builder:
         # Balanced routing sends tokens*topk tokens to this rank's experts on average; the busiest
         # rank of the EP group sets the pace, hence the imbalance factor.
         per_expert = max(1, round(routed_tokens * s.moe_imbalance / local_experts))
-        down = self.mlp_ops("experts", per_expert, moe.ffn_hidden, (dispatch,), count=local_experts)
+        received = per_expert * local_experts
+        expert_input = (dispatch,)
+        if s.ep > 1 and local_experts > 1:
+            # Tokens arrive grouped by source rank; they are regrouped by local expert before the
+            # grouped GEMM, and back before the combine (Megatron's sort_chunks_by_idxs).
+            expert_input = (self.memory("sort_by_expert", received * m.hidden, (dispatch,), passes=2.0),)
+        down = self.mlp_ops("experts", per_expert, moe.ffn_hidden, expert_input, count=local_experts)
+        if s.ep > 1 and local_experts > 1:
+            down = self.memory("unsort_by_expert", received * m.hidden, (down,), passes=2.0)
         combine = (self.comm("combine", "all_to_all", "ep", ACT_BYTES * routed_tokens * m.hidden, (down,), fanout)
                    if s.ep > 1 else down)
         unpermute = self.memory("unpermute", tokens * moe.topk * m.hidden, (combine,), passes=2.0,
