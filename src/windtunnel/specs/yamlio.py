@@ -16,15 +16,20 @@ from windtunnel.specs.errors import WindtunnelError
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def read_yaml(path: str | Path) -> Any:
-    """Load a YAML file with ``safe_load``; malformed files raise a WindtunnelError naming the line."""
-    path = Path(path)
+def read_text(path: Path) -> str:
+    """A user file's text; a missing or unreadable file is one clear error."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
         raise WindtunnelError(f"File not found: '{path}'.") from exc
     except OSError as exc:
         raise WindtunnelError(f"Cannot read '{path}': {exc.strerror}.") from exc
+
+
+def read_yaml(path: str | Path) -> Any:
+    """Load a YAML file with ``safe_load``; malformed files raise a WindtunnelError naming the line."""
+    path = Path(path)
+    text = read_text(path)
     try:
         # The C-accelerated safe loader when PyYAML has it: same safety (no arbitrary objects), faster.
         return yaml.load(text, Loader=_SAFE_LOADER)
@@ -42,10 +47,7 @@ def read_yaml(path: str | Path) -> Any:
 def read_json(path: str | Path) -> Any:
     """Load a JSON file; malformed files raise a WindtunnelError naming the line."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise WindtunnelError(f"File not found: '{path}'.") from exc
+    text = read_text(path)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
