@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from windtunnel.cli_avail import avail_app
 from windtunnel.specs.errors import WindtunnelError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -21,6 +22,7 @@ app.add_typer(train_app, name="train")
 app.add_typer(validate_app, name="validate")
 app.add_typer(calibrate_app, name="calibrate")
 app.add_typer(catalog_app, name="catalog")
+app.add_typer(avail_app, name="avail")
 
 console = Console()
 

@@ -1,0 +1,485 @@
+"""Discrete-time-step Monte Carlo of a training job under faults, vectorised over replications with numpy.
+
+Semantics (the same a literal step-by-step loop has; ``windtunnel.avail.stepref`` is that loop, and the
+tests check the two agree on the same sampled faults):
+
+* fail-stop faults arrive as Poisson processes (rates per second from the fault profile); each takes
+  ``nodes_out`` nodes out of the job (its blast radius) into repair (exponential, mean ``repair_s``);
+  a spare replaces each while one is free.
+* after an unplanned fault the job detects it (``detect_s``), waits while more nodes are in repair than
+  there are spares (not for elastic-shrink, which runs on fewer data-parallel replicas instead), and
+  restarts (``restart_s``); a fault during recovery starts the recovery again. A planned interruption
+  costs a restart only, and is skipped when it falls while the job is already down.
+* while running, every training step takes ``step_time_s`` times the slowdown of the slowest active
+  fail-slow fault; checkpoints (every ``tau`` of running time, a whole number of steps) stall the job;
+  a failure loses the work since the last durable checkpoint (or snapshot, or step).
+
+Instead of iterating millions of steps in Python, each replication's fault events are sampled at once
+and the intervals between them are processed analytically (``Mechanics.account``): a running interval
+of length u holds floor(u / period) checkpoint segments; the partial one is lost on a failure. Time is
+continuous, so the step grid is exact up to where checkpoints fall (whole steps). Fail-slow and elastic
+capacity losses are integrated exactly over the running time that was not rolled back, and scaled by
+the compute share of that time (checkpoint stalls run at full speed).
+
+All replications of a chunk live in flat arrays sorted by (replication, time); a key
+``rep * span + time`` keeps replications apart in one sorted array, so searches need no Python loop.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from windtunnel.avail.scenario import Mechanics, Scenario
+
+CAUSES = ("detection", "waiting_for_repair", "restart", "recompute", "checkpoint", "degraded")
+_EVENTS_PER_CHUNK = 300_000
+
+
+@dataclass
+class EventSample:
+    """Sampled fault events of ``reps`` replications (flat arrays sorted by replication, then time)."""
+
+    reps: int
+    horizon: float
+    warmup: float
+    span: float
+    # fail-stop events inside [0, horizon)
+    rep: np.ndarray
+    t: np.ndarray
+    comp: np.ndarray
+    nodes_out: np.ndarray
+    planned: np.ndarray
+    k_after: np.ndarray        # nodes in repair just after the event (arrivals - departures so far)
+    dep_pos: np.ndarray        # index in dep_key of the first departure after the event
+    e_det: np.ndarray | None   # unit exponentials (durations=exponential)
+    e_rst: np.ndarray | None
+    # repair queue: every node's departure (sorted keys) and every arrival (keys, nodes), warm-up included
+    dep_key: np.ndarray
+    arr_key: np.ndarray
+    arr_nodes: np.ndarray
+    # fail-slow intervals clipped to [0, horizon], class index in slowdown-descending order
+    slow_rep: np.ndarray
+    slow_start: np.ndarray
+    slow_end: np.ndarray
+    slow_class: np.ndarray
+    slow_weights: np.ndarray   # per class: 1/s_next - 1/s_c (progress lost while classes <= c are active)
+    slow_factors: np.ndarray   # per class: slowdown
+
+    def key(self, rep: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Sort key of (replication, time)."""
+        return rep * self.span + (t + self.warmup)
+
+
+def _sorted_uniform(rng: np.random.Generator, counts: np.ndarray, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted uniform points on [lo, hi) per replication (counts[r] of them), without sorting: normalised
+    cumulative sums of exponential spacings. Returns (replication index, time)."""
+    reps = len(counts)
+    total = int(counts.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
+    gaps = rng.standard_exponential(total + reps)
+    cs = np.cumsum(gaps)
+    ends = np.cumsum(counts + 1) - 1
+    base = np.concatenate(([0.0], cs[ends[:-1]]))
+    tot = cs[ends] - base
+    keep = np.ones(total + reps, dtype=bool)
+    keep[ends] = False
+    rep = np.repeat(np.arange(reps, dtype=np.int64), counts)
+    t = lo + (cs[keep] - base[rep]) / tot[rep] * (hi - lo)
+    return rep, t
+
+
+def sample_events(scenario: Scenario, reps: int, rng: np.random.Generator) -> EventSample:
+    """Sample the fault events of ``reps`` replications of ``scenario`` (horizon, rates, repair time)."""
+    H = scenario.horizon_s
+    mech = scenario.mechanics
+    stop = scenario.rates.stop
+    rates = np.array([c.rate_per_s for c in stop], dtype=float)
+    outs = np.array([c.nodes_out for c in stop], dtype=np.int64)
+    planned_c = np.array([c.planned for c in stop], dtype=bool)
+    lam = float(rates.sum())
+    hw_rate = float(rates[outs > 0].sum()) if len(rates) else 0.0
+    W = 8.0 * mech.repair if hw_rate > 0 else 0.0   # warm-up: the repair queue starts in steady state
+    counts = rng.poisson(lam * (H + W), size=reps) if lam > 0 else np.zeros(reps, dtype=np.int64)
+    rep, t = _sorted_uniform(rng, counts, -W, H)
+    if lam > 0 and len(t):
+        comp = np.searchsorted(np.cumsum(rates) / lam, rng.random(len(t)), side="right")
+        comp = np.minimum(comp, len(rates) - 1).astype(np.int16)
+    else:
+        comp = np.zeros(len(t), dtype=np.int16)
+    nodes = outs[comp] if len(outs) else np.zeros(len(t), dtype=np.int64)
+    keep = (t >= 0) | (nodes > 0)
+    rep, t, comp, nodes = rep[keep], t[keep], comp[keep], nodes[keep]
+    # repair queue
+    hw = nodes > 0
+    n_dep = int(nodes[hw].sum())
+    dep_t = np.repeat(t[hw], nodes[hw]) + mech.repair * rng.standard_exponential(n_dep)
+    dep_rep = np.repeat(rep[hw], nodes[hw])
+    span = max(H, float(dep_t.max()) if n_dep else H) + W + 1.0
+    dep_key = np.sort(dep_rep * span + (dep_t + W))
+    ev_key = rep * span + (t + W)
+    dep_pos = np.searchsorted(dep_key, ev_key, side="right")
+    rep_dep_start = np.searchsorted(dep_key, np.arange(reps) * span)
+    arr_cum = np.cumsum(nodes)
+    rep_first = np.searchsorted(rep, np.arange(reps))
+    arr_base = np.concatenate(([0], arr_cum))[rep_first]
+    k_after = (arr_cum - arr_base[rep]) - (dep_pos - rep_dep_start[rep])
+    arr_key, arr_nodes = ev_key[hw], nodes[hw]
+    job = t >= 0
+    n_job = int(job.sum())
+    e_det = rng.standard_exponential(n_job) if mech.exponential else None
+    e_rst = rng.standard_exponential(n_job) if mech.exponential else None
+    # fail-slow
+    slow = sorted(scenario.rates.slow, key=lambda c: -c.slowdown)
+    parts_rep, parts_s, parts_e, parts_c = [], [], [], []
+    for ci, c in enumerate(slow):
+        n = rng.poisson(c.rate_per_s * (H + c.duration_s), size=reps) if c.rate_per_s > 0 else np.zeros(reps, np.int64)
+        r_, s_ = _sorted_uniform(rng, n, -c.duration_s, H)
+        e_ = np.minimum(s_ + c.duration_s, H)
+        s_ = np.maximum(s_, 0.0)
+        parts_rep.append(r_)
+        parts_s.append(s_)
+        parts_e.append(e_)
+        parts_c.append(np.full(len(r_), ci, dtype=np.int64))
+    factors = np.array([c.slowdown for c in slow], dtype=float)
+    nxt = np.append(factors[1:], 1.0) if len(factors) else np.zeros(0)
+    weights = 1.0 / nxt - 1.0 / factors if len(factors) else np.zeros(0)
+
+    def cat(xs: list[np.ndarray], dt) -> np.ndarray:
+        return np.concatenate(xs) if xs else np.zeros(0, dtype=dt)
+
+    return EventSample(
+        reps=reps, horizon=H, warmup=W, span=span, rep=rep[job], t=t[job], comp=comp[job], nodes_out=nodes[job],
+        planned=planned_c[comp[job]] if len(planned_c) else np.zeros(n_job, dtype=bool),
+        k_after=k_after[job], dep_pos=dep_pos[job], e_det=e_det, e_rst=e_rst, dep_key=dep_key, arr_key=arr_key,
+        arr_nodes=arr_nodes, slow_rep=cat(parts_rep, np.int64), slow_start=cat(parts_s, float),
+        slow_end=cat(parts_e, float), slow_class=cat(parts_c, np.int64), slow_weights=weights, slow_factors=factors)
+
+
+# ---- evaluation of one sample under one policy ----------------------------------------------------------
+
+
+def _coverage(starts: np.ndarray, ends: np.ndarray):
+    """G(x) = measure of the union of disjoint sorted intervals [starts, ends) below x (keys)."""
+    cum = np.concatenate(([0.0], np.cumsum(ends - starts)))
+
+    def g(x: np.ndarray) -> np.ndarray:
+        i = np.searchsorted(starts, x, side="right") - 1
+        ic = np.maximum(i, 0)
+        partial = np.clip(x - starts[ic], 0.0, ends[ic] - starts[ic]) if len(starts) else np.zeros_like(x)
+        return np.where(i >= 0, cum[ic] + partial, 0.0) if len(starts) else np.zeros_like(x)
+
+    return g
+
+
+def _merge_union(keys_s: np.ndarray, keys_e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Union of intervals given by keys (any order): disjoint sorted (start, end) keys."""
+    if len(keys_s) == 0:
+        return keys_s, keys_e
+    order = np.argsort(keys_s, kind="stable")
+    s, e = keys_s[order], keys_e[order]
+    run_max = np.maximum.accumulate(e)
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = s[1:] > run_max[:-1]
+    gid = np.cumsum(new) - 1
+    out_s = s[new]
+    out_e = np.zeros(len(out_s))
+    np.maximum.at(out_e, gid, e)
+    return out_s, out_e
+
+
+@dataclass
+class Evaluation:
+    """Per-replication totals (seconds over the horizon, counts), and the pieces of replication 0's timeline."""
+
+    seconds: dict[str, np.ndarray]
+    useful: np.ndarray
+    unexpected: np.ndarray
+    planned: np.ndarray
+    failures_while_running: np.ndarray
+    timeline: dict | None = None
+
+
+def evaluate(sample: EventSample, mech: Mechanics, *, keep_timeline: bool = False) -> Evaluation:
+    """Apply a policy's mechanics to sampled events: per-replication time by cause (seconds)."""
+    R, H = sample.reps, sample.horizon
+    span, W = sample.span, sample.warmup
+
+    def bc(idx: np.ndarray, w: np.ndarray) -> np.ndarray:
+        return np.bincount(idx, weights=w, minlength=R)[:R]
+
+    # -- failure chains (unplanned events)
+    any_planned = bool(sample.planned.any())
+    fm = ~sample.planned if any_planned else slice(None)
+    frep, ft = sample.rep[fm], sample.t[fm]
+    n_f = len(ft)
+    # fixed durations stay scalars (broadcast), sampled ones are arrays
+    det_d = mech.detect * sample.e_det[fm] if sample.e_det is not None else mech.detect
+    rst_d = mech.restart * sample.e_rst[fm] if sample.e_rst is not None else mech.restart
+    own_end = ft + det_d
+    wait_until = None
+    if not mech.elastic and len(sample.dep_key):
+        need = sample.k_after[fm] - mech.spares
+        w = np.flatnonzero(need > 0)
+        if len(w):
+            wait_until = np.full(n_f, -np.inf)
+            idx = np.minimum(sample.dep_pos[fm][w] + need[w] - 1, len(sample.dep_key) - 1)
+            wait_until[w] = sample.dep_key[idx] - frep[w] * span - W
+            np.maximum(own_end, wait_until, out=own_end)
+    own_end += rst_d
+    first = np.ones(n_f, dtype=bool)
+    first[1:] = frep[1:] != frep[:-1]
+    start = first.copy()
+    start[1:] |= ft[1:] >= own_end[:-1]
+    last = np.ones(n_f, dtype=bool)
+    last[:-1] = start[1:]
+    t_next = np.append(ft[1:], H)
+    seg_end = np.where(last, np.minimum(own_end, H), t_next)
+    g = seg_end - ft
+    seg_det = np.minimum(g, det_d)
+    if wait_until is None:
+        seg_wait = np.zeros(n_f)
+    else:
+        seg_wait = np.minimum(np.maximum(g - det_d, 0.0), np.maximum(wait_until - ft - det_d, 0.0))
+    seg_rst = g - seg_det - seg_wait
+    chain_id = np.cumsum(start) - 1
+    n_c = int(start.sum())
+    c_rep, c_begin = frep[start], ft[start]
+    c_end = np.minimum(own_end[last], H)
+    c_det = np.bincount(chain_id, seg_det, minlength=n_c)
+    c_wait = np.bincount(chain_id, seg_wait, minlength=n_c)
+    c_rst = np.bincount(chain_id, seg_rst, minlength=n_c)
+
+    # -- planned interruptions: skipped inside a failure chain or inside the previous planned restart
+    pm = sample.planned if any_planned else np.zeros(0, dtype=np.int64)
+    prep, pt = sample.rep[pm], sample.t[pm]
+    p_rst = mech.restart * (sample.e_rst[pm] if sample.e_rst is not None else np.ones(len(pt)))
+    c_key = c_rep * span + (c_begin + W)
+    p_key = prep * span + (pt + W)
+    ci = np.searchsorted(c_key, p_key, side="right") - 1
+    cic = np.maximum(ci, 0)
+    inside = (ci >= 0) & (c_rep[cic] == prep) & (pt < c_end[cic]) if n_c else np.zeros(len(pt), dtype=bool)
+    prep, pt, p_rst, p_key = prep[~inside], pt[~inside], p_rst[~inside], p_key[~inside]
+    dup = np.zeros(len(pt), dtype=bool)
+    dup[1:] = (prep[1:] == prep[:-1]) & (pt[1:] < pt[:-1] + p_rst[:-1])
+    prep, pt, p_rst, p_key = prep[~dup], pt[~dup], p_rst[~dup], p_key[~dup]
+    nxt = np.searchsorted(c_key, p_key, side="right")
+    nxt_c = np.minimum(nxt, max(n_c - 1, 0))
+    nxt_start = np.where((nxt < n_c) & (c_rep[nxt_c] == prep), c_begin[nxt_c], np.inf) if n_c else np.full(len(pt), np.inf)
+    p_end = np.minimum(np.minimum(pt + p_rst, nxt_start), H)
+
+    # -- all down intervals, merged in (rep, start) order: chains, with planned intervals inserted
+    d_fail = np.ones(n_c, dtype=bool)
+    d_rep, d_beg, d_end, d_det, d_wait, d_rst = c_rep, c_begin, c_end, c_det, c_wait, c_rst
+    if len(pt):
+        pos = np.searchsorted(c_key, p_key, side="left")
+        d_rep = np.insert(c_rep, pos, prep)
+        d_beg = np.insert(c_begin, pos, pt)
+        d_end = np.insert(c_end, pos, p_end)
+        d_fail = np.insert(d_fail, pos, np.zeros(len(pt), dtype=bool))
+        d_det = np.insert(c_det, pos, 0.0)
+        d_wait = np.insert(c_wait, pos, 0.0)
+        d_rst = np.insert(c_rst, pos, p_end - pt)
+
+    # -- running intervals: before each down interval, and from the last one to the horizon
+    n_d = len(d_beg)
+    d_first = np.ones(n_d, dtype=bool)
+    d_first[1:] = d_rep[1:] != d_rep[:-1]
+    prev_end = np.where(d_first, 0.0, np.concatenate(([0.0], d_end[:-1])))
+    u = np.maximum(d_beg - prev_end, 0.0)
+    useful, ovh, lost = mech.account(u, d_fail)
+    d_last = np.ones(n_d, dtype=bool)
+    d_last[:-1] = d_first[1:]
+    final_start = np.zeros(R)
+    final_start[d_rep[d_last]] = d_end[d_last]
+    f_useful, f_ovh, f_lost = mech.account(np.maximum(H - final_start, 0.0), np.zeros(R, dtype=bool))
+
+    sec = {
+        "detection": bc(d_rep, d_det), "waiting_for_repair": bc(d_rep, d_wait), "restart": bc(d_rep, d_rst),
+        "recompute": bc(d_rep, lost) + f_lost, "checkpoint": bc(d_rep, ovh) + f_ovh,
+    }
+    committed = bc(d_rep, useful) + f_useful
+    compute_share = np.divide(committed, committed + sec["checkpoint"], out=np.zeros(R),
+                              where=(committed + sec["checkpoint"]) > 0)
+
+    need_c = keep_timeline or len(sample.slow_start) > 0 or (mech.elastic and len(sample.arr_key) > 0)
+    if need_c:
+        # committed running time C = running intervals minus their rolled-back tails, in (rep, time) order
+        pos_final = np.searchsorted(d_rep, np.arange(R), side="right")
+        c_rep_all = np.insert(d_rep, pos_final, np.arange(R))
+        c_s = np.insert(prev_end, pos_final, final_start)
+        c_e = np.maximum(np.insert(d_beg - lost, pos_final, np.full(R, H)), c_s)
+        ck_s, ck_e = c_rep_all * span + c_s, c_rep_all * span + c_e
+
+    degraded = np.zeros(R)
+    if len(sample.slow_start):
+        g_c = _coverage(ck_s, ck_e)
+        for cls, weight in enumerate(sample.slow_weights):
+            m = sample.slow_class <= cls
+            s_k = sample.slow_rep[m] * span + sample.slow_start[m]
+            e_k = sample.slow_rep[m] * span + sample.slow_end[m]
+            us, ue = _merge_union(s_k, e_k)
+            covered = g_c(ue) - g_c(us)
+            degraded += weight * bc(np.floor_divide(us, span).astype(np.int64), covered)
+    shrink = np.zeros(R)
+    if mech.elastic and len(sample.arr_key):
+        # capacity lost while more nodes are in repair than spares, integrated over committed running time
+        # merge the two sorted key arrays (arrivals, departures) without a full sort
+        at = np.searchsorted(sample.dep_key, sample.arr_key, side="right")
+        keys = np.insert(sample.dep_key, at, sample.arr_key)
+        delta = np.insert(-np.ones(len(sample.dep_key), dtype=np.int64), at, sample.arr_nodes)
+        k = np.cumsum(delta)
+        f = np.minimum(1.0, np.maximum(k - mech.spares, 0) * mech.shrink_per_node)
+        integral = np.concatenate(([0.0], np.cumsum(f[:-1] * np.diff(keys))))
+
+        def F(x: np.ndarray) -> np.ndarray:
+            j = np.searchsorted(keys, x, side="right") - 1
+            jc = np.maximum(j, 0)
+            return np.where(j >= 0, integral[jc] + f[jc] * (x - keys[jc]), 0.0)
+
+        shift = W
+        shrink = bc(c_rep_all, F(ck_e + shift) - F(ck_s + shift))
+    degraded = (degraded + shrink) * compute_share
+    sec["degraded"] = degraded
+    unexpected = np.bincount(frep, minlength=R)[:R].astype(float)
+    planned = np.bincount(prep, minlength=R)[:R].astype(float)
+    running_fail = np.bincount(d_rep[d_fail & (u > 0)], minlength=R)[:R].astype(float)
+    timeline = None
+    if keep_timeline:
+        d0, f0, c0 = d_rep == 0, frep == 0, c_rep_all == 0
+        timeline = {
+            "failure_segments": np.column_stack((ft[f0], seg_det[f0], seg_wait[f0], seg_rst[f0])),
+            "planned": np.column_stack((d_beg[d0 & ~d_fail], d_end[d0 & ~d_fail])),
+            "committed": np.column_stack((c_s[c0], c_e[c0])),
+            "runs": np.column_stack((np.append(prev_end[d0], final_start[0]), np.append(d_beg[d0], H),
+                                     np.append(lost[d0], 0.0))),
+            "slow": np.column_stack((sample.slow_start, sample.slow_end, sample.slow_class))[sample.slow_rep == 0],
+            "repair_arrivals": np.column_stack(((sample.arr_key - W)[sample.arr_key < span],
+                                                sample.arr_nodes[sample.arr_key < span])),
+            "repair_departures": (sample.dep_key - W)[sample.dep_key < span],
+        }
+    return Evaluation(seconds=sec, useful=committed - degraded, unexpected=unexpected, planned=planned,
+                      failures_while_running=running_fail, timeline=timeline)
+
+
+# ---- Monte Carlo driver ----------------------------------------------------------------------------------
+
+
+def _ci95(x: np.ndarray) -> list[float]:
+    mean = float(np.mean(x))
+    if len(x) < 2:
+        return [mean, mean]
+    half = 1.959963984540054 * float(np.std(x, ddof=1)) / math.sqrt(len(x))
+    return [mean - half, mean + half]
+
+
+@dataclass
+class SimResult:
+    """Per-replication arrays and their summaries (means and 95% confidence intervals of the mean)."""
+
+    scenario: Scenario
+    replications: int
+    seed: int
+    per_rep: dict[str, np.ndarray]
+    timeline: dict | None = field(default=None)
+
+    def mean(self, name: str) -> float:
+        """Mean over replications of a per-replication quantity."""
+        return float(np.mean(self.per_rep[name]))
+
+    def ci95(self, name: str) -> list[float]:
+        """95% confidence interval of the mean (normal approximation)."""
+        return _ci95(self.per_rep[name])
+
+    @property
+    def availability(self) -> float:
+        """Fraction of wall time the job runs (not detecting, waiting or restarting)."""
+        return self.mean("availability")
+
+    @property
+    def ettr(self) -> float:
+        """Effective training time ratio: useful progress (s at full speed) / wall time (s)."""
+        return self.mean("ettr")
+
+    def to_json_dict(self) -> dict:
+        """The ``avail simulate --json`` contract (units in key names)."""
+        days = self.scenario.horizon_s / 86400.0
+        inter = self.mean("interruptions")
+        out = {
+            "method": "simulate", "replications": self.replications, "seed": self.seed,
+            "availability": self.availability, "ettr": self.ettr,
+            "interruptions_per_day": inter / days,
+            "unexpected_interruptions": self.mean("unexpected"), "planned_interruptions": self.mean("planned"),
+            "failures_while_running": self.mean("failures_while_running"),
+            "mtbi_s": self.scenario.horizon_s / inter if inter > 0 else None,
+            "lost_seconds_by_cause": {c: self.mean(c) for c in CAUSES},
+            "useful_seconds": self.mean("useful"),
+            "ci95": {
+                "availability": self.ci95("availability"), "ettr": self.ci95("ettr"),
+                "interruptions_per_day": [x / days for x in self.ci95("interruptions")],
+                "unexpected_interruptions": self.ci95("unexpected"),
+                "lost_seconds_by_cause": {c: self.ci95(c) for c in CAUSES},
+            },
+            "inputs": self.scenario.inputs(), "assumptions": list(self.scenario.assumptions),
+        }
+        return out
+
+
+def _per_rep(ev: Evaluation, H: float) -> dict[str, np.ndarray]:
+    down = ev.seconds["detection"] + ev.seconds["waiting_for_repair"] + ev.seconds["restart"]
+    out = {c: ev.seconds[c] for c in CAUSES}
+    out.update(availability=1.0 - down / H, ettr=ev.useful / H, useful=ev.useful, unexpected=ev.unexpected,
+               planned=ev.planned, interruptions=ev.unexpected + ev.planned,
+               failures_while_running=ev.failures_while_running)
+    return out
+
+
+def chunk_plan(scenario: Scenario, replications: int) -> list[int]:
+    """Replications per chunk (bounded memory); depends only on the inputs, so results are reproducible."""
+    rates = scenario.rates
+    W = 8.0 * scenario.mechanics.repair if rates.hardware_rate_per_s > 0 else 0.0
+    per_rep = (rates.failure_rate_per_s + rates.planned_rate_per_s) * (scenario.horizon_s + W) * 2 + 10
+    per_chunk = max(1, min(replications, int(_EVENTS_PER_CHUNK // per_rep)))
+    sizes = [per_chunk] * (replications // per_chunk)
+    if replications % per_chunk:
+        sizes.append(replications % per_chunk)
+    return sizes
+
+
+def simulate_variants(scenario: Scenario, mechanics: list[Mechanics], replications: int = 1000, seed: int = 0,
+                      *, keep_timeline: bool = False) -> list[dict[str, np.ndarray]]:
+    """Evaluate several policies' mechanics on the same sampled faults (common random numbers)."""
+    if not isinstance(replications, int) or replications < 1:
+        from windtunnel.specs.errors import WindtunnelError
+
+        raise WindtunnelError(f"Field 'replications' must be a positive whole number, got {replications!r}.",
+                              field="replications")
+    sizes = chunk_plan(scenario, replications)
+    seqs = np.random.SeedSequence(seed).spawn(len(sizes))
+    parts: list[list[dict[str, np.ndarray]]] = [[] for _ in mechanics]
+    timelines: list[dict | None] = [None for _ in mechanics]
+    for ci, (size, seq) in enumerate(zip(sizes, seqs, strict=True)):
+        sample = sample_events(scenario, size, np.random.default_rng(seq))
+        for mi, mech in enumerate(mechanics):
+            ev = evaluate(sample, mech, keep_timeline=keep_timeline and ci == 0)
+            parts[mi].append(_per_rep(ev, scenario.horizon_s))
+            if ev.timeline is not None:
+                timelines[mi] = ev.timeline
+    out = []
+    for mi in range(len(mechanics)):
+        merged = {k: np.concatenate([p[k] for p in parts[mi]]) for k in parts[mi][0]}
+        if keep_timeline:
+            merged["_timeline"] = timelines[mi]  # type: ignore[assignment]
+        out.append(merged)
+    return out
+
+
+def simulate(scenario: Scenario, replications: int = 1000, seed: int = 0, *, keep_timeline: bool = False) -> SimResult:
+    """Monte Carlo of ``scenario``: ``replications`` independent runs of ``horizon_s`` seconds each."""
+    per_rep = simulate_variants(scenario, [scenario.mechanics], replications, seed, keep_timeline=keep_timeline)[0]
+    timeline = per_rep.pop("_timeline", None)
+    return SimResult(scenario=scenario, replications=replications, seed=seed, per_rep=per_rep,
+                     timeline=timeline)  # type: ignore[arg-type]
