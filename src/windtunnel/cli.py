@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from windtunnel.cli_avail import avail_app
+from windtunnel.cli_infer import infer_app, validate_inference_cmd
 from windtunnel.specs.errors import WindtunnelError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -23,6 +24,8 @@ app.add_typer(validate_app, name="validate")
 app.add_typer(calibrate_app, name="calibrate")
 app.add_typer(catalog_app, name="catalog")
 app.add_typer(avail_app, name="avail")
+app.add_typer(infer_app, name="infer")
+validate_app.command("inference")(validate_inference_cmd)
 
 console = Console()
 

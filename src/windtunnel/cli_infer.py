@@ -1,0 +1,210 @@
+"""`windtunnel infer ...`: Sim2Infer on the command line (a thin layer over windtunnel.infer.api).
+
+Registered in cli.py with ``app.add_typer(infer_app, name="infer")``; ``validate inference`` is
+:func:`validate_inference_cmd`, registered on the ``validate`` group.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+infer_app = typer.Typer(no_args_is_help=True, help="Sim2Infer: LLM serving under traffic (TTFT, TPOT, goodput at "
+                                                   "SLO), deployment search, dynamic prefill/decode role switching.")
+console = Console()
+
+MODEL = typer.Option(..., help="Catalog model id, model YAML, or Hugging Face config.json.")
+HARDWARE = typer.Option(..., help="Chip id (its default cluster), cluster id, or cluster YAML.")
+TRAFFIC = typer.Option(..., help="poisson:rate=R,input=DIST,output=DIST | gamma:rate=R,cv=C,... | trace:FILE.csv[,speed=S]"
+                                 " | closed:concurrency=N,input=..,output=.. | traffic.yaml")
+SLO_OPT = typer.Option("ttft=2s,tpot=100ms", help="Latency objectives, e.g. ttft=2s,tpot=100ms.")
+SEED = typer.Option(0, help="Random seed (same seed, same result).")
+AS_JSON = typer.Option(False, "--json", help="Print the result as JSON.")
+
+
+def _emit_json(data: dict) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1e3:,.1f}"
+
+
+def _latency_table(result) -> Table:
+    table = Table(title="latency (ms)")
+    for column in ("metric", "p50", "p90", "p99", "mean"):
+        table.add_column(column, justify="right" if column != "metric" else "left")
+    for name, values in (("TTFT", result.ttft_s), ("TPOT", result.tpot_s), ("E2E", result.e2e_s)):
+        table.add_row(name, *(_ms(values[k]) for k in ("p50", "p90", "p99", "mean")))
+    return table
+
+
+def print_result(result) -> None:
+    """Human-readable summary of a ServingResult."""
+    d = result.to_json_dict()
+    console.print(f"[bold]{d['model']}[/] on [bold]{d['hardware']}[/]: {d['deployment']}  ({d['devices']} devices)")
+    t = d["traffic"]
+    rate = f", {t['mean_rate_per_s']:.2f} req/s" if t.get("mean_rate_per_s") else ""
+    closed = f", closed loop x{t['concurrency']}" if t.get("concurrency") else ""
+    console.print(f"traffic: {t['description']} - {t['requests']:,} requests{rate}{closed}, mean input "
+                  f"{t['mean_input_tokens']:.0f} / output {t['mean_output_tokens']:.0f} tokens")
+    pools = Table(title="instances")
+    for column in ("pool", "chip", "precision", "KV tokens", "weights GiB", "batch/tokens"):
+        pools.add_column(column, justify="left" if column in ("pool", "chip", "precision") else "right")
+    for p in d["pools"]:
+        pools.add_row(p["label"], p["chip"], f"{p['precision']}, KV {p['kv_precision']}",
+                      f"{p['kv_capacity_tokens_per_instance']:,}", f"{p['weight_bytes_per_device'] / 2**30:.1f}",
+                      f"{p['max_batch']}/{p['max_tokens']} {p['batching']}")
+    console.print(pools)
+    console.print(_latency_table(result))
+    th, gp = d["throughput"], d["goodput"]
+    console.print(f"throughput: {th['requests_per_s']:.3f} req/s ({th['requests_per_s_per_device']:.4f} per device), "
+                  f"{th['output_tokens_per_s']:,.0f} output tokens/s ({th['output_tokens_per_s_per_device']:,.1f} per "
+                  f"device), {th['total_tokens_per_s']:,.0f} total tokens/s")
+    console.print(f"goodput at SLO ({result.slo.text()}): [bold]{gp['requests_per_s']:.3f} req/s[/] "
+                  f"({gp['requests_per_s_per_device']:.4f} per device), SLO attainment {gp['slo_attainment']:.1%}")
+    console.print(f"completed {d['completed']:,} of {d['requests']:,} (rejected {d['rejected']}), preemptions "
+                  f"{d['preemptions']:,}, KV cache peak {d['kv_cache']['peak_fraction']:.1%} / mean "
+                  f"{d['kv_cache']['mean_fraction']:.1%}, makespan {d['makespan_s']:,.1f} s, simulated in "
+                  f"{d['wall_s']:.2f} s wall")
+    series = d["series"]
+    if series["t_s"]:
+        peak_q = max(series["queue"])
+        console.print(f"queue length over time: peak {peak_q}, mean {sum(series['queue']) / len(series['queue']):.1f} "
+                      "(full series in --json: series.t_s, series.kv_fraction, series.queue)")
+    for name, cls in d["per_class"].items():
+        console.print(f"  class {name}: {cls['requests']:,} requests, TTFT p90 {_ms(cls['ttft_s']['p90'])} ms, "
+                      f"TPOT p90 {_ms(cls['tpot_s']['p90'])} ms, SLO attainment {cls['slo_attainment']:.1%}")
+
+
+@infer_app.command("simulate")
+def simulate_cmd(
+    model: str = MODEL,
+    hardware: str = HARDWARE,
+    deployment: str = typer.Option(..., help="'mixed:tp=8,replicas=2' | 'prefill:ep=32,replicas=2;decode:ep=128' | "
+                                             "deployment.yaml (keys: tp dp ep pp replicas max_batch max_tokens batching "
+                                             "admission precision kv prefix_hit chip mem_util tbo overhead)"),
+    traffic: str = TRAFFIC,
+    slo: str = SLO_OPT,
+    seed: int = SEED,
+    router: str | None = typer.Option(None, help="round_robin, least_tokens or kv_aware (overrides the deployment's)."),
+    as_json: bool = AS_JSON,
+) -> None:
+    """Simulate serving TRAFFIC on a DEPLOYMENT of MODEL on HARDWARE: latency percentiles, throughput, goodput."""
+    from windtunnel.infer.api import simulate_serving
+
+    result = simulate_serving(model, hardware, deployment, traffic, slo=slo, seed=seed, router=router)
+    if as_json:
+        _emit_json(result.to_json_dict())
+    else:
+        print_result(result)
+
+
+@infer_app.command("search")
+def search_cmd(
+    model: str = MODEL,
+    hardware: str = HARDWARE,
+    devices: int = typer.Option(..., help="Device budget."),
+    traffic: str = TRAFFIC,
+    slo: str = SLO_OPT,
+    seed: int = SEED,
+    top: int = typer.Option(10, help="Deployments to show."),
+    baseline: str | None = typer.Option(None, help="A deployment to compare with (reports the gain)."),
+    mode: str = typer.Option("both", help="both, disaggregated or colocated."),
+    requests: int = typer.Option(1500, help="Simulate each candidate on the traffic's first N requests (0 = all)."),
+    workers: int | None = typer.Option(None, help="Local processes (default: all cores)."),
+    as_json: bool = AS_JSON,
+    report: Path | None = typer.Option(None, help="Write a self-contained HTML report."),
+) -> None:
+    """Search deployments within a device budget for the most SLO goodput per device."""
+    from windtunnel.infer.search import search_deployments, search_table, write_search_html
+
+    document = search_deployments(model, hardware, devices, traffic, slo=slo, seed=seed, top=top, baseline=baseline,
+                                  mode=mode, requests=requests or None, workers=workers)
+    if report is not None:
+        write_search_html(document, report)
+    if as_json:
+        _emit_json(document)
+    else:
+        search_table(document, console)
+        if report is not None:
+            console.print(f"written: {report}")
+
+
+@infer_app.command("dynamic")
+def dynamic_cmd(
+    model: str = MODEL,
+    hardware: str = HARDWARE,
+    deployment: str = typer.Option(..., help="The static disaggregated deployment to start from."),
+    traffic: str = TRAFFIC,
+    slo: str = SLO_OPT,
+    seed: int = SEED,
+    switch_cost: str = typer.Option("30s", help="Time an instance is out of service while it changes role."),
+    interval: str = typer.Option("15s", help="How often the policy looks at the load."),
+    as_json: bool = AS_JSON,
+) -> None:
+    """Compare a static prefill/decode deployment with a policy that moves instances between the roles."""
+    from windtunnel.infer.dynamic import compare_dynamic, dynamic_table
+
+    document = compare_dynamic(model, hardware, deployment, traffic, slo=slo, seed=seed, switch_cost=switch_cost,
+                               interval=interval)
+    if as_json:
+        _emit_json(document)
+    else:
+        dynamic_table(document, console)
+
+
+def validate_inference_cmd(
+    csv_path: Path = typer.Argument(..., help="CSV in the schema of shared/reference/inference_runs.csv."),
+    out: Path | None = typer.Option(None, help="Write the Markdown report here (e.g. validation/INFERENCE_REPORT.md)."),
+    as_json: bool = typer.Option(False, "--json", help="Print rows and summary as JSON."),
+) -> None:
+    """Predict every row of an inference-measurement CSV and report the errors."""
+    from windtunnel.infer.validation import read_rows, report_markdown, summarize, validate_rows
+    from windtunnel.specs.yamlio import write_atomic
+
+    rows = read_rows(csv_path)
+    results = validate_rows(rows)
+    summary = summarize(results)
+    if out is not None:
+        write_atomic(out, report_markdown(results, summary, str(csv_path)))
+    if as_json:
+        _emit_json({"rows": [r.as_dict() for r in results], "summary": summary})
+        return
+    table = Table(title=f"inference validation: {csv_path}")
+    for column in ("id", "metric", "measured", "predicted", "error", "role", "status"):
+        table.add_column(column)
+    for r in results:
+        table.add_row(r.id, r.metric, "" if r.measured is None else f"{r.measured:.4g}",
+                      "" if r.predicted is None else f"{r.predicted:.4g}",
+                      "" if r.error is None else f"{r.error * 100:+.1f}%", r.role, r.status[:60])
+    console.print(table)
+    med, mx = summary["median_abs_error"], summary["max_abs_error"]
+    console.print(f"validation rows: {summary['n_validation']}, median |error| "
+                  f"{'n/a' if med is None else f'{med:.1%}'}, max |error| {'n/a' if mx is None else f'{mx:.1%}'}; "
+                  f"calibration rows: {summary['n_calibration']}; predicted {summary['n_predicted']}, "
+                  f"skipped {summary['n_skipped']}")
+    if out is not None:
+        console.print(f"report written to {out}")
+
+
+@infer_app.command("calibrate")
+def calibrate_cmd(
+    csv_path: Path = typer.Argument(..., help="CSV in the schema of shared/reference/inference_runs.csv."),
+    as_json: bool = AS_JSON,
+) -> None:
+    """Fit the serving parameters on the calibration rows (writes catalog/deployments/calibration.yaml)."""
+    from windtunnel.infer.validation import calibrate, read_rows
+
+    report = calibrate(read_rows(csv_path))
+    if as_json:
+        _emit_json(report)
+    else:
+        for scope, fit in report.items():
+            values = ", ".join(f"{k} {v:.4g}" for k, v in fit["parameters"].items())
+            console.print(f"{scope}: {values} (rows {', '.join(fit['rows'])}; rms log error {fit['rms_log_error']:.3f})")

@@ -1,0 +1,131 @@
+"""Public Python API of Sim2Infer (the CLI ``windtunnel infer ...`` is a thin layer over it)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from windtunnel.infer.deployment import Deployment, InstancePlan, parse_deployment, resolve_deployment
+from windtunnel.infer.metrics import SLO, ServingResult, parse_slo, summarise
+from windtunnel.infer.sim import Simulator
+from windtunnel.infer.traffic import Workload, parse_traffic
+from windtunnel.specs.hardware import Cluster, load_hardware
+from windtunnel.specs.model import ModelSpec, load_model
+
+__all__ = ["simulate_serving", "search_serving", "compare_dynamic", "validate_inference", "ServingResult",
+           "parse_deployment", "parse_traffic", "parse_slo"]
+
+
+def _model(model: str | ModelSpec) -> ModelSpec:
+    return model if isinstance(model, ModelSpec) else load_model(model)
+
+
+def _hardware_name(hardware: str | Cluster) -> str:
+    return hardware.id if isinstance(hardware, Cluster) else str(hardware)
+
+
+def pool_summary(plan: InstancePlan) -> dict:
+    """What a pool resolved to: plan, devices, limits, memory (bytes), KV capacity (tokens)."""
+    return {"role": plan.role, "label": plan.label(), "chip": plan.chip.id, "tp": plan.tp, "dp": plan.dp, "ep": plan.ep,
+            "pp": plan.pp, "replicas": plan.replicas, "devices_per_instance": plan.devices,
+            "precision": plan.precision, "kv_precision": plan.kv_precision, "max_batch": plan.max_batch,
+            "max_tokens": plan.max_tokens, "batching": plan.batching, "prefix_hit": plan.prefix_hit,
+            "tbo": plan.tbo, "weight_bytes_per_device": plan.weight_bytes,
+            "kv_bytes_per_token_per_device": plan.kv_bytes_per_token,
+            "kv_capacity_tokens_per_instance": plan.kv_capacity_tokens}
+
+
+def assumptions_for(model: ModelSpec, plans: list[InstancePlan], workload: Workload, deployment: Deployment) -> list[str]:
+    """The modelling choices a reader needs to judge a result."""
+    notes = [
+        "iteration time: weight GEMMs, memory-bound kernels, MoE experts hit by the batch, TP all-reduce and EP "
+        "all-to-all from the shared cost core; decode attention linear in summed context; prefill attention per chunk",
+        "data-parallel attention groups balanced (each holds 1/dp of the sequences and tokens)",
+        "KV per sequence = context + one page (paged-allocation upper bound); preemption by recompute, newest first",
+        f"router: {deployment.router}",
+    ]
+    if deployment.disaggregated:
+        notes.append("disaggregated: first token at prefill completion; KV moved over the tier spanning both instances; "
+                     "TPOT includes transfer and decode queueing; the prefill instance frees the KV at hand-over")
+    if model.moe is not None:
+        notes.append("MoE routing: uniform over experts x moe_imbalance on the busiest rank; expected distinct "
+                     "experts hit by the batch read their weights")
+    for plan in plans:
+        notes.extend(plan.notes)
+        if plan.pp > 1:
+            notes.append(f"{plan.role}: pp={plan.pp} stages run one batch at a time (no cross-iteration pipelining)")
+    notes.extend(workload.notes)
+    return notes
+
+
+def simulate_serving(
+    model: str | ModelSpec,
+    hardware: str,
+    deployment: str | Path | dict | Deployment,
+    traffic: str | Path | dict | Workload,
+    *,
+    slo: str | SLO | dict | None = "ttft=2s,tpot=100ms",
+    seed: int = 0,
+    router: str | None = None,
+    controller=None,
+) -> ServingResult:
+    """Simulate serving ``traffic`` on ``deployment`` of ``model`` on ``hardware``.
+
+    model: catalog id, model YAML or HF config.json, or a ModelSpec. hardware: chip id, cluster id or
+    cluster YAML (instances may override their chip). deployment: string (``mixed:tp=8,replicas=2`` or
+    ``prefill:ep=32,replicas=2;decode:ep=128``), YAML path, mapping or Deployment. traffic: string
+    (``poisson:...``, ``gamma:...``, ``trace:path.csv``, ``closed:...``), YAML path, mapping or Workload.
+    slo: ``ttft=2s,tpot=100ms``. Same inputs and seed give the same result.
+    """
+    wall = time.perf_counter()
+    spec = _model(model)
+    hw = _hardware_name(hardware)
+    dep = parse_deployment(deployment)
+    if router is not None:
+        from windtunnel.infer.deployment import _normalise_router
+
+        dep = Deployment(groups=dep.groups, router=_normalise_router(router))
+    slo_spec = parse_slo(slo)
+    workload = traffic if isinstance(traffic, Workload) else parse_traffic(traffic, seed=seed)
+    plans = resolve_deployment(spec, hw, dep)
+    devices = sum(p.total_devices for p in plans)
+    transfer_cluster = load_hardware(hw, devices) if dep.disaggregated else None
+    sim = Simulator(spec, plans, workload, dep.router, transfer_cluster=transfer_cluster, controller=controller)
+    out = sim.run()
+    result = summarise(out, model=spec.id, hardware=hw, deployment=dep.text(), traffic=workload.summary(),
+                       slo=slo_spec, seed=seed, devices=devices, pools=[pool_summary(p) for p in plans],
+                       class_names=workload.class_names, assumptions=assumptions_for(spec, plans, workload, dep))
+    result.wall_s = time.perf_counter() - wall
+    return result
+
+
+def run_raw(model: ModelSpec, hardware: str, deployment: Deployment, workload: Workload):
+    """(plans, raw SimOutput) without summarising: for tests and validation."""
+    plans = resolve_deployment(model, hardware, deployment)
+    devices = sum(p.total_devices for p in plans)
+    transfer_cluster = load_hardware(hardware, devices) if deployment.disaggregated else None
+    sim = Simulator(model, plans, workload, deployment.router, transfer_cluster=transfer_cluster)
+    return plans, sim.run()
+
+
+def search_serving(*args, **kwargs) -> dict:
+    """Deployment search (see :func:`windtunnel.infer.search.search_deployments`)."""
+    from windtunnel.infer.search import search_deployments
+
+    return search_deployments(*args, **kwargs)
+
+
+def compare_dynamic(*args, **kwargs) -> dict:
+    """Static vs dynamic role switching (see :func:`windtunnel.infer.dynamic.compare_dynamic`)."""
+    from windtunnel.infer.dynamic import compare_dynamic as run
+
+    return run(*args, **kwargs)
+
+
+def validate_inference(csv_path: str | Path) -> dict:
+    """Predict every row of an inference-measurement CSV: {'rows': [...], 'summary': {...}}."""
+    from windtunnel.infer.validation import read_rows, summarize, validate_rows
+
+    results = validate_rows(read_rows(csv_path))
+    return {"rows": [r.as_dict() for r in results], "summary": summarize(results)}
+

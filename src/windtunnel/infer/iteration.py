@@ -1,0 +1,335 @@
+"""Iteration time of one serving instance from the shared cost core.
+
+One batch iteration runs every layer once over the iteration's new tokens: the prefill chunks'
+tokens plus one token per decoding sequence. Its time is the sum of
+
+* the token-proportional part (memoised per token count): every weight GEMM of every layer
+  (``windtunnel.cost.compute.gemm_time``: weights are read once per iteration, so a small batch is
+  memory-bound and a large one compute-bound), memory-bound kernels (norms, residuals, activation,
+  MoE permutation), the MoE experts the batch's tokens activate (expected number of distinct experts
+  hit by the tokens' top-k choices, each reading its weights once), TP all-reduces and EP
+  all-to-alls (``windtunnel.cost.collectives.collective_time`` on the instance's topology tiers),
+  pipeline hand-offs, and the embedding;
+* the LM head for the sequences that produce a token (memoised per count);
+* decode attention, linear in the decoding sequences' summed context: each context token's KV is
+  read once per layer (MLA: the compressed latent; GQA: keys and values of the local KV heads) and
+  its score/value FLOPs run at the fused-attention rate; the slower of the two bounds it;
+* prefill attention per chunk: causal score/value FLOPs of the chunk against its prefix and itself,
+  at the fused-attention efficiency for that key length;
+* a host overhead per iteration (scheduling, sampling), from the catalog or fitted.
+
+Data-parallel attention groups share decode sequences and context evenly; a prefill chunk runs on one
+group, so the busiest group holds at least the largest chunk (and at least 1/dp of the tokens). With
+two-batch overlap (``tbo``) a layer's communication hides behind its compute (time = max of the two),
+as in DeepSeek's and SGLang's deployments. Times in seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from windtunnel.cost.collectives import collective_time, p2p_time, place_group
+from windtunnel.cost.compute import gemm_time
+from windtunnel.cost.efficiency import Efficiency, efficiency_for
+from windtunnel.infer.deployment import InstancePlan, fitted_value, serving_defaults, system_value
+from windtunnel.specs.model import ModelSpec
+
+ACT = 2.0  # bytes per activation element (bf16)
+EXACT_TOKENS = 1024  # token counts up to this are memoised exactly; above, on a 64-per-octave grid
+
+
+class IterationModel:
+    """Iteration-time function of one instance: ``time(tokens, n_out, ctx_sum, prefill_attention_s)``."""
+
+    def __init__(self, model: ModelSpec, plan: InstancePlan, *, efficiency: Efficiency | None = None,
+                 fitted: dict | None = None, system: str | None = None) -> None:
+        self.model = model
+        self.plan = plan
+        self.chip = plan.cluster.chip
+        eff = efficiency or efficiency_for(self.chip)
+        # Serving parameters fitted on the inference calibration rows (catalog/deployments/calibration.yaml,
+        # or ``fitted`` during calibration), per hardware generation: the HBM bandwidth share of serving
+        # iterations, the fp8 GEMM efficiency, the host time per iteration; per serving system (when named):
+        # the bandwidth share its decode-attention kernel reaches on KV reads.
+        chip_id, generation = self.chip.id, self.chip.generation
+        bandwidth = fitted_value(chip_id, generation, "memory_bandwidth", eff.memory_bandwidth, fitted)
+        gemm = dict(eff.gemm_max)
+        if "fp8" in gemm:
+            gemm["fp8"] = fitted_value(chip_id, generation, "gemm_fp8", gemm["fp8"], fitted)
+        self.eff = replace(eff, memory_bandwidth=bandwidth, gemm_max=gemm)
+        prior = float(serving_defaults().get("step_overhead_s", 0.0))
+        self.overhead = (plan.step_overhead_s if plan.step_overhead_s is not None
+                         else fitted_value(chip_id, generation, "step_overhead_s", prior, fitted))
+        self.attention_bandwidth = bandwidth
+        if system:
+            self.attention_bandwidth = system_value(system, "attention_bandwidth", bandwidth, fitted)
+        self.precision = plan.precision
+        self.gemm_precision = plan.precision if plan.precision in self.chip.peak_flops else "bf16"
+        self.attn_peak = self.chip.peak("bf16") if "bf16" in self.chip.peak_flops else self.chip.peak("fp16")
+        self.bandwidth = self.chip.hbm_bandwidth * self.eff.memory_bandwidth
+        cluster = plan.cluster
+        self.tp_group = place_group("tp", plan.tp, 1, cluster)
+        stage = plan.tp * plan.dp
+        self.stage_group = place_group("stage", stage, 1, cluster)
+        etp = stage // plan.ep
+        self.ep_group = place_group("ep", plan.ep, etp, cluster)
+        self.etp = etp
+        # DeepEP-style expert dispatch keeps many token-sized RDMA writes in flight, so the link saturates
+        # with the rank's whole message rather than the per-peer share: the saturation curve's half-point
+        # is scaled by the group size (DeepEP README: 40-58 GB/s RDMA per H800 at EP 8 to 256).
+        self.a2a_eff = replace(self.eff, half_message_bytes=self.eff.half_message_bytes / max(1, plan.ep))
+        self.layers = model.layers
+        self.dense_layers = model.dense_layers
+        self.moe_layers = model.moe_layers
+        self._base: dict[int, float] = {}
+        self._head: dict[int, float] = {}
+        self._group: dict[int, tuple] = {}
+        self._experts: dict[int, float] = {}
+        self._other: dict[int, float] = {}
+        self._setup_attention()
+
+    # ---- attention coefficients ------------------------------------------------------------------
+    def _setup_attention(self) -> None:
+        m, p = self.model, self.plan
+        heads = m.heads // p.tp
+        kv_b = 1.0 if p.kv_precision == "fp8" else 2.0
+        if m.mla is not None:
+            a = m.mla
+            latent = a.kv_lora_rank + a.qk_rope_head_dim
+            # Absorbed MLA decode: scores against the latent+rope key, values from the latent.
+            decode_flops = 2.0 * heads * (latent + a.kv_lora_rank)
+            decode_bytes = latent * kv_b
+            self.prefill_pair_flops = 2.0 * heads * (a.qk_nope_head_dim + a.qk_rope_head_dim + a.v_head_dim)
+        else:
+            local_kv = max(1, m.kv_heads // p.tp)
+            decode_flops = 4.0 * heads * m.head_dim
+            decode_bytes = 2.0 * local_kv * m.head_dim * kv_b
+            self.prefill_pair_flops = 4.0 * heads * m.head_dim
+        rate = self.attn_peak * self.eff.attention_fwd
+        per_ctx_layer = max(decode_flops / rate, decode_bytes / (self.chip.hbm_bandwidth * self.attention_bandwidth))
+        # ctx_sum is the whole instance's; each DP attention group holds 1/dp of it.
+        self.decode_per_ctx = self.layers * per_ctx_layer / p.dp
+        self.attn_kernel = self.layers * self.eff.kernel_overhead_s
+        window = m.attention_window if m.windowed_layer_fraction else None
+        self.window = window
+        self.window_share = m.windowed_layer_fraction if window else 0.0
+
+    def prefill_attention(self, chunk: int, prefix: int) -> float:
+        """Seconds of causal attention for a chunk of ``chunk`` new tokens after ``prefix`` cached ones,
+        all layers, on the attention group that holds the sequence."""
+        if chunk <= 0:
+            return 0.0
+        keys = prefix + chunk
+        pairs = chunk * (prefix + (chunk + 1) / 2.0)
+        half = self.eff.attention_half_length
+        rate = self.attn_peak * self.eff.attention_fwd * keys / (keys + half)
+        time = pairs * self.prefill_pair_flops / rate
+        if self.window:
+            w = min(self.window, keys)
+            windowed_pairs = chunk * min(w, prefix + (chunk + 1) / 2.0)
+            windowed = windowed_pairs * self.prefill_pair_flops / (self.attn_peak * self.eff.attention_fwd * w / (w + half))
+            time = (1.0 - self.window_share) * time + self.window_share * windowed
+        return self.layers * time
+
+    # ---- token-proportional part ----------------------------------------------------------------
+    def _gemm(self, m: int, n: int, k: int, count: int = 1) -> float:
+        return gemm_time(m, n, k, self.gemm_precision, self.chip, self.eff, count=count)
+
+    def _memory(self, elements: float, passes: float = 2.0) -> float:
+        return passes * ACT * elements / self.bandwidth + self.eff.kernel_overhead_s
+
+    def _collective(self, kind: str, message: float, group, fanout: int = 1) -> float:
+        eff = self.a2a_eff if kind == "all_to_all" else self.eff
+        return collective_time(kind, message, group, self.plan.cluster, eff, fanout=fanout)
+
+    def _attention_block(self, tr: int) -> float:
+        """Projections of one attention block for ``tr`` tokens on one rank (compute stream)."""
+        m, p = self.model, self.plan
+        h = m.hidden
+        heads = m.heads // p.tp
+        t = 0.0
+        if m.mla is not None:
+            a = m.mla
+            if a.q_lora_rank:
+                t += self._gemm(tr, a.q_lora_rank, h) + self._memory(tr * a.q_lora_rank)
+                t += self._gemm(tr, heads * (a.qk_nope_head_dim + a.qk_rope_head_dim), a.q_lora_rank)
+            else:
+                t += self._gemm(tr, heads * (a.qk_nope_head_dim + a.qk_rope_head_dim), h)
+            t += self._gemm(tr, a.kv_lora_rank + a.qk_rope_head_dim, h) + self._memory(tr * a.kv_lora_rank)
+            # Key/value up-projection (prefill) or its absorption into query and output (decode): the same
+            # weight is read once and the same FLOPs per token run either way.
+            t += self._gemm(tr, heads * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank)
+            t += self._gemm(tr, h, heads * a.v_head_dim)
+            t += self._memory(tr * heads * (a.qk_nope_head_dim + a.qk_rope_head_dim))  # rope + KV write
+        else:
+            kv = max(1, m.kv_heads // p.tp)
+            t += self._gemm(tr, (heads + 2 * kv) * m.head_dim, h)
+            t += self._memory(tr * (heads + 2 * kv) * m.head_dim)  # rope + KV write
+            t += self._gemm(tr, h, heads * m.head_dim)
+        t += self._memory(tr * h, passes=2.0) + self._memory(tr * h, passes=3.0)  # norm, residual
+        return t
+
+    def _mlp_block(self, tr: int, width: int) -> float:
+        m = self.model
+        up = 2 * width if m.activation == "swiglu" else width
+        return (self._gemm(tr, up, m.hidden) + self._memory(tr * up, passes=1.5) + self._gemm(tr, m.hidden, width)
+                + self._memory(tr * m.hidden, passes=2.0) + self._memory(tr * m.hidden, passes=3.0))
+
+    def _group_parts(self, tr: int) -> tuple[float, float, float, float]:
+        """Per layer, for ``tr`` tokens on the busiest attention group: (dense-layer compute, dense-layer comm,
+        MoE-layer compute outside the routed experts, MoE-layer comm) in seconds."""
+        m, p = self.model, self.plan
+        h = m.hidden
+        attn = self._attention_block(tr)
+        tp_ar = self._collective("all_reduce", ACT * tr * h, self.tp_group) if p.tp > 1 else 0.0
+        dense_compute = attn + self._mlp_block(tr, m.ffn_hidden // p.tp)
+        dense_comm = 2.0 * tp_ar
+        moe_compute = moe_comm = 0.0
+        if m.moe is not None:
+            moe = m.moe
+            moe_compute = attn + self._gemm(tr, moe.experts, h) + self._memory(tr * moe.topk * h, passes=4.0)
+            if moe.shared_experts:
+                width = (moe.shared_ffn_hidden or moe.ffn_hidden) * moe.shared_experts // p.tp
+                moe_compute += self._mlp_block(tr, width)
+            moe_comm = tp_ar  # attention output all-reduce
+            if p.ep > 1:
+                # Each rank of the busiest TP group dispatches its 1/tp share of the group's tokens.
+                per_rank = tr / p.tp
+                dispatch_bytes = 1.0 if self.precision == "fp8" else ACT
+                moe_comm += self._collective("all_to_all", dispatch_bytes * per_rank * moe.topk * h, self.ep_group,
+                                             fanout=moe.topk)
+                moe_comm += self._collective("all_to_all", ACT * per_rank * moe.topk * h, self.ep_group, fanout=moe.topk)
+                if self.etp > 1:
+                    moe_comm += self._collective("all_reduce", ACT * per_rank * h * self.etp,
+                                                 place_group("etp", self.etp, 1, p.cluster))
+            elif p.dp > 1:
+                moe_comm += (self._collective("all_gather", ACT * tr * p.dp * h, self.stage_group)
+                             + self._collective("reduce_scatter", ACT * tr * p.dp * h, self.stage_group))
+            else:
+                moe_comm += tp_ar
+        return dense_compute, dense_comm, moe_compute, moe_comm
+
+    def _expert_part(self, tokens: int) -> float:
+        """Seconds of one MoE layer's routed experts on the busiest EP rank for ``tokens`` instance tokens:
+        the expected number of distinct local experts the tokens' top-k choices hit, each reading its
+        weights once, with the routed tokens (times the imbalance factor) spread over them."""
+        m, p = self.model, self.plan
+        if m.moe is None or tokens <= 0:
+            return 0.0
+        moe = m.moe
+        local = -(-moe.experts // p.ep)
+        routed = tokens * moe.topk / p.ep * p.moe_imbalance
+        p_active = 1.0 - (1.0 - moe.topk / moe.experts) ** tokens
+        active = max(1, min(local, round(local * p_active)))
+        per_expert = max(1, math.ceil(routed / active))
+        width = moe.ffn_hidden // self.etp
+        up = 2 * width if m.activation == "swiglu" else width
+        return (self._gemm(per_expert, up, m.hidden, count=active) + self._memory(per_expert * active * up, 1.5)
+                + self._gemm(per_expert, m.hidden, width, count=active))
+
+    def _other_part(self, tr: int) -> float:
+        """Embedding lookup and pipeline hand-offs for ``tr`` tokens on the busiest group (seconds)."""
+        p = self.plan
+        t = self._memory(tr * self.model.hidden, passes=2.0)
+        if p.pp > 1:
+            tier = p.cluster.tier_index_for_span(2 * p.tp * p.dp)
+            t += (p.pp - 1) * p2p_time(ACT * tr * self.model.hidden, tier, p.cluster, self.eff)
+        return t
+
+    def _memo(self, cache: dict, key: int, exact):
+        """Memoised ``exact(key)``: exact up to 1,024, linear between grid points (64 per octave) above."""
+        value = cache.get(key)
+        if value is not None:
+            return value
+        if key <= EXACT_TOKENS:
+            value = exact(key)
+        else:
+            step = 1 << max(0, key.bit_length() - 7)
+            low = (key // step) * step
+            if low == key:
+                value = exact(key)
+            else:
+                a, b = self._memo(cache, low, exact), self._memo(cache, low + step, exact)
+                w = (key - low) / step
+                value = tuple(x + (y - x) * w for x, y in zip(a, b, strict=True)) if isinstance(a, tuple) \
+                    else a + (b - a) * w
+        cache[key] = value
+        return value
+
+    def base(self, tokens: int, busiest: int = 0) -> float:
+        """Seconds of everything but the attention cores and the LM head for ``tokens`` new tokens in the
+        instance, the busiest data-parallel attention group holding ``busiest`` of them (at least its
+        balanced share ceil(tokens / dp))."""
+        if tokens <= 0:
+            return 0.0
+        p = self.plan
+        tr = -(-tokens // p.dp)
+        if busiest > tr:
+            tr = busiest
+        key = tokens if tr == -(-tokens // p.dp) else None
+        if key is not None:
+            cached = self._base.get(key)
+            if cached is not None:
+                return cached
+        dc, dm, gc, gm = self._memo(self._group, tr, self._group_parts)
+        t = self.dense_layers * (max(dc, dm) if p.tbo and tokens >= 2 else dc + dm)
+        if self.moe_layers:
+            mc = gc + self._memo(self._experts, tokens, self._expert_part)
+            t += self.moe_layers * (max(mc, gm) if p.tbo and tokens >= 2 else mc + gm)
+        if p.tbo and tokens >= 2:
+            t += 2.0 * self.layers * self.eff.kernel_overhead_s
+        t += self._memo(self._other, tr, self._other_part)
+        if key is not None:
+            self._base[key] = t
+        return t
+
+    def base_exact(self, tokens: int) -> float:
+        """:meth:`base` without memoisation or interpolation (for checks)."""
+        p = self.plan
+        tr = -(-tokens // p.dp)
+        dc, dm, gc, gm = self._group_parts(tr)
+        tbo = p.tbo and tokens >= 2
+        t = self.dense_layers * (max(dc, dm) if tbo else dc + dm)
+        if self.moe_layers:
+            mc = gc + self._expert_part(tokens)
+            t += self.moe_layers * (max(mc, gm) if tbo else mc + gm)
+        if tbo:
+            t += 2.0 * self.layers * self.eff.kernel_overhead_s
+        return t + self._other_part(tr)
+
+    def head(self, n_out: int) -> float:
+        """Seconds of the final norm, LM head and sampling for ``n_out`` sequences producing a token."""
+        cached = self._head.get(n_out)
+        if cached is not None:
+            return cached
+        if n_out <= 0:
+            value = 0.0
+        else:
+            p, m = self.plan, self.model
+            rows = max(1, math.ceil(n_out / p.dp))
+            vocab = m.vocab // p.tp
+            value = (self._memory(rows * m.hidden) + self._gemm(rows, vocab, m.hidden)
+                     + self._memory(rows * vocab, passes=4.0))
+            if p.tp > 1:
+                value += self._collective("all_gather", 4.0 * rows * m.vocab, self.tp_group)
+        self._head[n_out] = value
+        return value
+
+    def time(self, tokens: int, n_out: int, ctx_sum: float, prefill_attention_s: float = 0.0,
+             decoding: int = 0, busiest: int = 0) -> float:
+        """Seconds of one iteration: ``tokens`` new tokens (``busiest`` of them on the busiest attention
+        group), ``n_out`` of them producing an output token, ``decoding`` decode sequences whose KV holds
+        ``ctx_sum`` tokens in total, plus the prefill attention of the busiest group."""
+        t = self.base(tokens, busiest) + self.head(n_out) + self.overhead + prefill_attention_s
+        if decoding:
+            t += self.decode_per_ctx * ctx_sum + self.attn_kernel
+        if prefill_attention_s:
+            t += self.attn_kernel
+        return t
+
+    def decode_coefficients(self, batch: int, ctx_sum: float) -> tuple[float, float]:
+        """(alpha, beta) of a decode-only iteration sequence: iteration j takes alpha + beta * j seconds
+        (each iteration adds ``batch`` tokens of context)."""
+        alpha = self.base(batch) + self.head(batch) + self.overhead + self.attn_kernel + self.decode_per_ctx * ctx_sum
+        return alpha, self.decode_per_ctx * batch

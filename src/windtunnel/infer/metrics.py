@@ -1,0 +1,209 @@
+"""Serving metrics: latency percentiles, throughput, SLO goodput, KV-cache use and queues over time.
+
+Definitions (times in seconds):
+
+* TTFT: first token time - arrival (the first token is produced by the iteration that completes the
+  prefill; in a disaggregated deployment that is on the prefill instance).
+* TPOT: (finish - first token) / (output tokens - 1), for requests with more than one output token
+  (includes the KV transfer and decode queueing of a disaggregated deployment).
+* E2E: finish - arrival.
+* Throughput: completed requests (tokens) / makespan, makespan = last finish - first arrival.
+* Goodput: requests meeting both SLOs (TTFT <= ttft and TPOT <= tpot) / makespan, the same window as
+  throughput (as vLLM's benchmark_serving.py computes request goodput), so goodput = SLO attainment x
+  request throughput; rejected requests never meet it. Per device: divided by the deployment's devices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from windtunnel.infer.sim import SimOutput
+from windtunnel.infer.units import parse_seconds
+from windtunnel.specs.errors import WindtunnelError
+
+SERIES_POINTS = 120
+
+
+@dataclass(frozen=True)
+class SLO:
+    """Latency objectives (seconds); None = no objective on that metric."""
+
+    ttft_s: float | None = 2.0
+    tpot_s: float | None = 0.1
+
+    def text(self) -> str:
+        parts = []
+        if self.ttft_s is not None:
+            parts.append(f"ttft={self.ttft_s:g}s")
+        if self.tpot_s is not None:
+            parts.append(f"tpot={self.tpot_s * 1e3:g}ms")
+        return ",".join(parts) or "none"
+
+
+def parse_slo(text: str | SLO | dict | None) -> SLO:
+    """``ttft=2s,tpot=100ms`` (either may be omitted) -> SLO."""
+    if text is None:
+        return SLO()
+    if isinstance(text, SLO):
+        return text
+    if isinstance(text, dict):
+        items = text.items()
+    else:
+        items = []
+        for part in str(text).split(","):
+            if not part.strip():
+                continue
+            if "=" not in part:
+                raise WindtunnelError(f"SLO item '{part}' is not key=value (field 'slo'); valid keys: ttft, tpot, "
+                                      "e.g. --slo ttft=2s,tpot=100ms.", field="slo")
+            key, value = part.split("=", 1)
+            items.append((key, value))
+    values: dict[str, float] = {}
+    for key, value in items:
+        key = str(key).strip().lower()
+        if key not in ("ttft", "tpot"):
+            raise WindtunnelError(f"Unknown SLO key '{key}' (field 'slo'); valid keys: ttft, tpot.", field="slo")
+        values[key] = parse_seconds(value, f"slo.{key}")
+    return SLO(ttft_s=values.get("ttft"), tpot_s=values.get("tpot"))
+
+
+def _percentiles(values: np.ndarray) -> dict[str, float | None]:
+    values = values[np.isfinite(values)]
+    if values.size == 0:
+        return {"p50": None, "p90": None, "p99": None, "mean": None}
+    p50, p90, p99 = np.percentile(values, [50, 90, 99])
+    return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "mean": float(values.mean())}
+
+
+@dataclass
+class ServingResult:
+    """The outcome of one serving simulation (see the module docstring for definitions)."""
+
+    model: str
+    hardware: str
+    deployment: str
+    traffic: dict
+    slo: SLO
+    seed: int
+    devices: int
+    pools: list[dict]
+    requests: int
+    completed: int
+    rejected: int
+    ttft_s: dict
+    tpot_s: dict
+    e2e_s: dict
+    makespan_s: float
+    requests_per_s: float
+    output_tokens_per_s: float
+    input_tokens_per_s: float
+    goodput_requests_per_s: float
+    slo_attainment: float
+    preemptions: int
+    kv_peak_fraction: float
+    kv_mean_fraction: float
+    series: dict
+    instances: list[dict]
+    per_class: dict
+    assumptions: list[str] = field(default_factory=list)
+    events: int = 0
+    wall_s: float = 0.0
+    switches: list[dict] = field(default_factory=list)
+
+    @property
+    def goodput_per_device(self) -> float:
+        return self.goodput_requests_per_s / self.devices if self.devices else 0.0
+
+    def to_json_dict(self) -> dict:
+        """The JSON contract of ``infer simulate --json``."""
+        return {
+            "model": self.model, "hardware": self.hardware, "deployment": self.deployment, "traffic": self.traffic,
+            "slo": {"ttft_s": self.slo.ttft_s, "tpot_s": self.slo.tpot_s}, "seed": self.seed, "devices": self.devices,
+            "pools": self.pools, "requests": self.requests, "completed": self.completed, "rejected": self.rejected,
+            "ttft_s": self.ttft_s, "tpot_s": self.tpot_s, "e2e_s": self.e2e_s, "makespan_s": self.makespan_s,
+            "throughput": {
+                "requests_per_s": self.requests_per_s,
+                "requests_per_s_per_device": self.requests_per_s / self.devices,
+                "output_tokens_per_s": self.output_tokens_per_s,
+                "output_tokens_per_s_per_device": self.output_tokens_per_s / self.devices,
+                "input_tokens_per_s": self.input_tokens_per_s,
+                "total_tokens_per_s": self.input_tokens_per_s + self.output_tokens_per_s,
+                "total_tokens_per_s_per_device": (self.input_tokens_per_s + self.output_tokens_per_s) / self.devices,
+            },
+            "goodput": {"requests_per_s": self.goodput_requests_per_s,
+                        "requests_per_s_per_device": self.goodput_per_device,
+                        "slo_attainment": self.slo_attainment},
+            "preemptions": self.preemptions,
+            "kv_cache": {"peak_fraction": self.kv_peak_fraction, "mean_fraction": self.kv_mean_fraction},
+            "series": self.series, "instances": self.instances, "per_class": self.per_class,
+            "assumptions": self.assumptions, "events": self.events, "wall_s": self.wall_s,
+            "switches": self.switches,
+        }
+
+
+def _series(out: SimOutput, start: float, end: float) -> tuple[dict, float, float]:
+    """KV use (fraction of the deployment's capacity) and queue length, sampled on a time grid."""
+    grid = np.linspace(start, end, SERIES_POINTS + 1)
+    kv_total = np.zeros_like(grid)
+    queue = np.zeros_like(grid)
+    capacity = 0
+    for inst in out.instances:
+        times = np.asarray(inst.samples_t)
+        index = np.searchsorted(times, grid, side="right") - 1
+        index = np.clip(index, 0, times.size - 1)
+        kv_total += np.asarray(inst.samples_kv, dtype=float)[index]
+        queue += np.asarray(inst.samples_q, dtype=float)[index]
+        capacity += inst.cap
+    fraction = kv_total / max(1, capacity)
+    series = {"t_s": [round(float(t), 6) for t in grid], "kv_fraction": [round(float(v), 6) for v in fraction],
+              "queue": [int(q) for q in queue]}
+    peak_fraction = max((inst.kv_max / inst.cap for inst in out.instances if inst.cap), default=0.0)
+    return series, float(peak_fraction), float(fraction.mean())
+
+
+def summarise(out: SimOutput, *, model: str, hardware: str, deployment: str, traffic: dict, slo: SLO, seed: int,
+              devices: int, pools: list[dict], class_names: list[str], assumptions: list[str]) -> ServingResult:
+    """Turn raw simulation output into a ServingResult."""
+    done = (out.finish >= 0) & ~out.rejected
+    arrival, first, finish = out.arrival, out.first, out.finish
+    ttft = np.where(done, first - arrival, np.nan)
+    e2e = np.where(done, finish - arrival, np.nan)
+    multi = out.output > 1
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(done & multi, (finish - first) / np.maximum(1, out.output - 1), np.nan)
+    start = float(arrival.min()) if arrival.size else 0.0
+    end = float(finish[done].max()) if done.any() else start
+    makespan = max(end - start, 1e-12)
+    ok = done.copy()
+    if slo.ttft_s is not None:
+        ok &= ttft <= slo.ttft_s + 1e-12
+    if slo.tpot_s is not None:
+        ok &= ~multi | (tpot <= slo.tpot_s + 1e-12)
+    series, kv_peak, kv_mean = _series(out, start, end)
+    instances = []
+    for inst in out.instances:
+        instances.append({"index": inst.index, "role": inst.role, "devices": inst.devices,
+                          "kv_capacity_tokens": inst.cap, "kv_peak_tokens": inst.kv_max,
+                          "utilisation": inst.busy_time / makespan, "iterations": inst.iterations})
+    per_class = {}
+    if len(class_names) > 1:
+        for index, name in enumerate(class_names):
+            mask = out.klass == index
+            if not mask.any():
+                continue
+            per_class[name] = {"requests": int(mask.sum()), "ttft_s": _percentiles(ttft[mask]),
+                               "tpot_s": _percentiles(tpot[mask]), "e2e_s": _percentiles(e2e[mask]),
+                               "slo_attainment": float(ok[mask].mean())}
+    return ServingResult(
+        model=model, hardware=hardware, deployment=deployment, traffic=traffic, slo=slo, seed=seed, devices=devices,
+        pools=pools, requests=int(out.prompt.size), completed=int(done.sum()), rejected=int(out.rejected.sum()),
+        ttft_s=_percentiles(ttft), tpot_s=_percentiles(tpot), e2e_s=_percentiles(e2e), makespan_s=makespan,
+        requests_per_s=float(done.sum()) / makespan,
+        output_tokens_per_s=float(out.output[done].sum()) / makespan,
+        input_tokens_per_s=float(out.prompt[done].sum()) / makespan,
+        goodput_requests_per_s=float(ok.sum()) / makespan,
+        slo_attainment=float(ok.mean()) if ok.size else 0.0,
+        preemptions=int(out.preempted.sum()), kv_peak_fraction=kv_peak, kv_mean_fraction=kv_mean, series=series,
+        instances=instances, per_class=per_class, assumptions=assumptions, events=out.events, switches=out.switches)
