@@ -3,8 +3,16 @@
 The public Python API lives in :mod:`windtunnel.api`; the most used entry points are re-exported here.
 """
 
-from windtunnel.api import load_hardware, load_model, parse_plan, simulate_training
+from windtunnel.api import (
+    failure_aware_goodput,
+    load_hardware,
+    load_model,
+    parse_plan,
+    simulate_serving,
+    simulate_training,
+)
 from windtunnel.specs.errors import WindtunnelError
 
-__all__ = ["WindtunnelError", "load_hardware", "load_model", "parse_plan", "simulate_training"]
+__all__ = ["WindtunnelError", "failure_aware_goodput", "load_hardware", "load_model", "parse_plan", "simulate_serving",
+           "simulate_training"]
 __version__ = "0.1.0"

@@ -1,10 +1,16 @@
-"""The public Python API: load specs, simulate a training step. The CLI is a thin layer over this."""
+"""The public Python API: training, serving and availability in one place; the CLI is a thin layer over it.
+
+Sim2Train (simulate_training), Sim2Infer (simulate_serving, search_serving, compare_dynamic,
+validate_inference) and what spans pillars (failure_aware_goodput: Sim2Train step times fed into
+Sim2Availability) are all reachable from here.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from windtunnel.graph.dag import DagModel, load_dag
+from windtunnel.infer.api import compare_dynamic, search_serving, simulate_serving, validate_inference
 from windtunnel.specs.hardware import Cluster, load_hardware
 from windtunnel.specs.model import ModelSpec, load_model
 from windtunnel.specs.plan import Plan, parse_plan
@@ -13,7 +19,7 @@ from windtunnel.train.result import TrainingResult
 from windtunnel.train.step import TrainingJob, dag_stub_model, simulate
 
 __all__ = ["load_hardware", "load_model", "load_dag", "parse_plan", "simulate_training", "TrainingResult", "TrainingJob",
-           "failure_aware_goodput"]
+           "failure_aware_goodput", "simulate_serving", "search_serving", "compare_dynamic", "validate_inference"]
 
 
 def resolve_model(model: str | ModelSpec | DagModel) -> tuple[ModelSpec, DagModel | None]:

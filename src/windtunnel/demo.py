@@ -75,6 +75,25 @@ def main() -> None:
         backend.close()
     search_table(document, console)
 
+    console.rule("Serving DeepSeek-V3 on the supernode: prefill/decode disaggregated, large expert parallelism")
+    from windtunnel.api import failure_aware_goodput, simulate_serving
+
+    served = simulate_serving("deepseek-v3", "ascend-910c", "prefill:ep=32,replicas=2;decode:ep=128,replicas=1",
+                              "poisson:rate=8,input=lognormal(2000,0.8),output=lognormal(400,1.0)",
+                              slo="ttft=2s,tpot=100ms", seed=1)
+    console.print(f"goodput at SLO (TTFT 2 s, TPOT 100 ms): {served.goodput_requests_per_s:.2f} req/s "
+                  f"({served.slo_attainment:.0%} of requests meet it); TTFT p50 {served.ttft_s['p50'] * 1e3:.0f} ms, "
+                  f"TPOT p50 {served.tpot_s['p50'] * 1e3:.0f} ms on {served.devices} NPUs "
+                  "(`windtunnel infer simulate ...` for the full report)")
+
+    console.rule("Faults: tokens per wall-second after failures, checkpoints and restarts")
+    rows = failure_aware_goodput("deepseek-v3", "ascend-910c", 384, seq_len=4096, global_batch=1152,
+                                 plans=["tp=1,pp=12,ep=32,vpp=2,mbs=1,recompute=full,zero=1"],
+                                 faults="catalog:meta-rsc1")
+    for row in rows:
+        console.print(f"{row.get('plan', '')}: ETTR {row.get('ettr', float('nan')):.1%}, "
+                      f"{row.get('goodput_tokens_per_s', float('nan')):,.0f} tokens/s after faults")
+
     console.rule("Llama-3 405B on 16,384 H100 (the Llama 3 paper's 8K-context setup)")
     _plan_table(console, "16,384 x H100 SXM, seq 8192, global batch 2048", "llama3-405b", "h100-sxm", 16384, 8192, 2048, [
         "tp=8,pp=16,mbs=1,recompute=selective,sp=true,zero=1",
