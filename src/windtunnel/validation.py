@@ -345,17 +345,15 @@ def summarize(results: list[RowResult]) -> dict:
 
 def report_markdown(results: list[RowResult], summary: dict, csv_path: str) -> str:
     """The accuracy table as Markdown (validation/REPORT.md)."""
-
-    def pct(value: float | None) -> str:
-        return "" if value is None else f"{value * 100:+.1f}%"
-
-    def apct(value: float | None) -> str:
-        return "" if value is None else f"{value * 100:.1f}%"
-
-    def num(value: float | None) -> str:
-        if value is None:
-            return ""
-        return f"{value:.4g}"
+    from windtunnel.report.accuracy import (
+        error_cell,
+        far_off_lines,
+        num,
+        pct,
+        rows_lines,
+        slice_lines,
+        summary_lines,
+    )
 
     lines = [
         "# Training validation report",
@@ -374,42 +372,15 @@ def report_markdown(results: list[RowResult], summary: dict, csv_path: str) -> s
         "",
         "## Summary",
         "",
-        f"- validation rows predicted: {summary['n_validation']}; median |error| "
-        f"**{apct(summary['median_abs_error'])}**, max |error| **{apct(summary['max_abs_error'])}**",
-        f"- calibration rows predicted: {summary['n_calibration']}; median |error| {apct(summary['calibration_median_abs_error'])}",
-        f"- rows predicted: {summary['n_predicted']}; rows skipped: {summary['n_skipped']}",
+        *summary_lines(summary),
     ]
-    for reason, count in sorted(summary["skipped_reasons"].items()):
-        lines.append(f"  - {count} x {reason}")
-    lines += ["", "Validation error by slice (median / max |error|, rows):", ""]
-    slices: dict[str, list[float]] = {}
-    for r in results:
-        if r.role == "validation" and r.error is not None:
-            slices.setdefault(f"{r.arch} models", []).append(abs(r.error))
-            slices.setdefault(f"{r.group}", []).append(abs(r.error))
-    for name, errors in sorted(slices.items()):
-        lines.append(f"- {name}: {apct(statistics.median(errors))} / {apct(max(errors))}, {len(errors)} rows")
-    notes = _analyst_notes(csv_path)
-    far = [r for r in results if r.error is not None and abs(r.error) > 0.25]
-    lines += ["", "## Where the model is far off (|error| > 25%)", ""]
-    if not far:
-        lines.append("No predicted row is off by more than 25%.")
-    for r in far:
-        lines.append(f"- **{r.id}** ({r.role}, {pct(r.error)}): {notes.get(r.id, 'no analysis yet')}")
-    other = [r for r in results if r.id in notes and r not in far]
-    if other:
-        lines += ["", "Other rows with notes:", ""]
-        lines += [f"- **{r.id}** ({r.role}, {pct(r.error)}): {notes[r.id]}" for r in other]
-    lines += ["", "## Rows", "", "| id | group | metric | measured | predicted | error | role | status |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for r in results:
-        flag = " **(>25%)**" if r.error is not None and abs(r.error) > 0.25 else ""
-        lines.append(f"| {r.id} | {r.group} | {r.metric} | {num(r.measured)} | {num(r.predicted)} | {pct(r.error)}{flag} | "
-                     f"{r.role} | {r.status} |")
-    lines += ["", "## Assumptions per row", ""]
-    for r in results:
-        if r.assumptions:
-            lines.append(f"- **{r.id}**: " + "; ".join(r.assumptions))
+    lines += slice_lines("Validation error by slice", results, lambda r: [f"{r.arch} models", r.group])
+    lines += far_off_lines(results, _analyst_notes(csv_path), lambda r: f"{r.role}, {pct(r.error)}")
+    lines += rows_lines(results, [
+        ("id", lambda r: r.id), ("group", lambda r: r.group), ("metric", lambda r: r.metric),
+        ("measured", lambda r: num(r.measured)), ("predicted", lambda r: num(r.predicted)), ("error", error_cell),
+        ("role", lambda r: r.role), ("status", lambda r: r.status),
+    ])
     return "\n".join(lines) + "\n"
 
 
