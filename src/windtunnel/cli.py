@@ -127,7 +127,6 @@ def train_search(
     from windtunnel.report.search_report import search_table, write_html, write_table
     from windtunnel.search.backends import make_backend
     from windtunnel.specs.hardware import load_hardware
-    from windtunnel.specs.yamlio import write_atomic
     from windtunnel.train.search import search_training
     from windtunnel.train.space import SearchSpace
 
@@ -173,7 +172,6 @@ def train_search(
                 console.print(f"written: {path}")
     if state is None and state_path.exists():
         state_path.unlink()  # a finished search needs no state file unless the user named one
-    _ = write_atomic
 
 
 @validate_app.command("training")
