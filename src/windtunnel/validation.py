@@ -31,6 +31,13 @@ REQUIRED = ("id", "model", "hardware", "n_devices", "metric", "value")
 # Sources whose runs predate fused (flash) attention, Megatron's distributed optimizer and TP overlap.
 LEGACY_SOURCES = ("Narayanan", "Korthikanti")
 SINGLE_NODE = 8
+# Tokenizer sizes of model families, used when a row leaves the vocabulary blank (a public fact about
+# the model, not a fitted value).
+FAMILY_VOCAB = {
+    "nemotron": (256000, "Nemotron family tokenizer: 256,000-token SentencePiece vocabulary per the Nemotron-4 15B "
+                         "and 340B technical reports (arXiv 2402.16819, 2406.11704); assumed for the Nemotron-3 "
+                         "configs too"),
+}
 # Physically plausible ranges for fitted efficiencies: dense GEMMs sustain at most ~85% of the dense
 # tensor-core peak (cuBLAS/CUTLASS published results); fused attention on long sequences reaches 35-80%
 # of the 16-bit peak (FlashAttention-2 on A100 50-70%, FlashAttention-3 on H100 ~75%, FlashAttention-4
@@ -118,8 +125,12 @@ def _row_model(row: dict, notes: list[str]) -> ModelSpec:
         "activation": "swiglu" if gated else "gelu", "norm": "rmsnorm" if gated else "layernorm",
     }
     notes.append(f"FFN {'gated (SwiGLU)' if gated else 'plain 4h (GeLU)'} inferred from ffn_hidden")
+    family = next((key for key in FAMILY_VOCAB if row["model"].lower().startswith(key)), None)
     if _int(row, "vocab"):
         data["vocab"] = _int(row, "vocab")
+    elif family:
+        data["vocab"], source = FAMILY_VOCAB[family]
+        notes.append(f"vocab blank: {data['vocab']:,} ({source})")
     else:
         data["vocab"] = 51200
         notes.append("vocab blank: 51,200 (GPT-2 vocabulary padded, Megatron default)")
