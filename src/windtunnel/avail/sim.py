@@ -28,6 +28,8 @@ All replications of a chunk live in flat arrays sorted by (replication, time); a
 from __future__ import annotations
 
 import math
+import multiprocessing
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -35,7 +37,8 @@ import numpy as np
 from windtunnel.avail.scenario import Mechanics, Scenario
 
 CAUSES = ("detection", "waiting_for_repair", "restart", "recompute", "checkpoint", "degraded")
-_EVENTS_PER_CHUNK = 300_000
+_EVENTS_PER_CHUNK = 1_500_000
+_PARALLEL_CHUNKS = 8  # below this many chunks a process pool costs more than it saves
 
 
 @dataclass
@@ -449,6 +452,18 @@ def chunk_plan(scenario: Scenario, replications: int) -> list[int]:
     return sizes
 
 
+def _run_chunk(job: tuple) -> list[tuple[dict[str, np.ndarray], dict | None]]:
+    """Sample one chunk of replications and evaluate every policy on it (a top-level function so that a
+    process pool can run it)."""
+    scenario, mechanics, size, seq, keep = job
+    sample = sample_events(scenario, size, np.random.default_rng(seq))
+    out = []
+    for mech in mechanics:
+        ev = evaluate(sample, mech, keep_timeline=keep)
+        out.append((_per_rep(ev, scenario.horizon_s), ev.timeline))
+    return out
+
+
 def simulate_variants(scenario: Scenario, mechanics: list[Mechanics], replications: int = 1000, seed: int = 0,
                       *, keep_timeline: bool = False) -> list[dict[str, np.ndarray]]:
     """Evaluate several policies' mechanics on the same sampled faults (common random numbers)."""
@@ -461,13 +476,21 @@ def simulate_variants(scenario: Scenario, mechanics: list[Mechanics], replicatio
     seqs = np.random.SeedSequence(seed).spawn(len(sizes))
     parts: list[list[dict[str, np.ndarray]]] = [[] for _ in mechanics]
     timelines: list[dict | None] = [None for _ in mechanics]
-    for ci, (size, seq) in enumerate(zip(sizes, seqs, strict=True)):
-        sample = sample_events(scenario, size, np.random.default_rng(seq))
-        for mi, mech in enumerate(mechanics):
-            ev = evaluate(sample, mech, keep_timeline=keep_timeline and ci == 0)
-            parts[mi].append(_per_rep(ev, scenario.horizon_s))
-            if ev.timeline is not None:
-                timelines[mi] = ev.timeline
+    jobs = [(scenario, mechanics, size, seq, keep_timeline and ci == 0)
+            for ci, (size, seq) in enumerate(zip(sizes, seqs, strict=True))]
+    workers = os.cpu_count() or 1
+    if len(jobs) >= _PARALLEL_CHUNKS and workers > 1:
+        # Chunks are independent (each has its own seed sequence), so a pool of processes gives the
+        # same numbers as one process, in the same order.
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            results = pool.map(_run_chunk, jobs, chunksize=max(1, len(jobs) // (4 * workers)))
+    else:
+        results = [_run_chunk(job) for job in jobs]
+    for chunk in results:
+        for mi, (per_rep, timeline) in enumerate(chunk):
+            parts[mi].append(per_rep)
+            if timeline is not None:
+                timelines[mi] = timeline
     out = []
     for mi in range(len(mechanics)):
         merged = {k: np.concatenate([p[k] for p in parts[mi]]) for k in parts[mi][0]}
