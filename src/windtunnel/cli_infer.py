@@ -165,32 +165,10 @@ def validate_inference_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print rows and summary as JSON."),
 ) -> None:
     """Predict every row of an inference-measurement CSV and report the errors."""
-    from windtunnel.infer.validation import read_rows, report_markdown, summarize, validate_rows
-    from windtunnel.specs.yamlio import write_atomic
+    from windtunnel.infer import validation
+    from windtunnel.report.accuracy import run_validation
 
-    rows = read_rows(csv_path)
-    results = validate_rows(rows)
-    summary = summarize(results)
-    if out is not None:
-        write_atomic(out, report_markdown(results, summary, str(csv_path)))
-    if as_json:
-        _emit_json({"rows": [r.as_dict() for r in results], "summary": summary})
-        return
-    table = Table(title=f"inference validation: {csv_path}")
-    for column in ("id", "metric", "measured", "predicted", "error", "role", "status"):
-        table.add_column(column)
-    for r in results:
-        table.add_row(r.id, r.metric, "" if r.measured is None else f"{r.measured:.4g}",
-                      "" if r.predicted is None else f"{r.predicted:.4g}",
-                      "" if r.error is None else f"{r.error * 100:+.1f}%", r.role, r.status[:60])
-    console.print(table)
-    med, mx = summary["median_abs_error"], summary["max_abs_error"]
-    console.print(f"validation rows: {summary['n_validation']}, median |error| "
-                  f"{'n/a' if med is None else f'{med:.1%}'}, max |error| {'n/a' if mx is None else f'{mx:.1%}'}; "
-                  f"calibration rows: {summary['n_calibration']}; predicted {summary['n_predicted']}, "
-                  f"skipped {summary['n_skipped']}")
-    if out is not None:
-        console.print(f"report written to {out}")
+    run_validation(validation, "inference", csv_path, out, as_json, console, _emit_json)
 
 
 @infer_app.command("calibrate")

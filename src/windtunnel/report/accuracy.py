@@ -77,3 +77,33 @@ def error_cell(r: Any) -> str:
     """The signed error, flagged when over 25%."""
     flag = " **(>25%)**" if r.error is not None and abs(r.error) > 0.25 else ""
     return f"{pct(r.error)}{flag}"
+
+
+def run_validation(module: Any, kind: str, csv_path: Any, out: Any, as_json: bool, console: Any,
+                   emit_json: Callable[[dict], None]) -> None:
+    """The body of `validate training|inference`: predict every row of the CSV with ``module``
+    (read_rows, validate_rows, summarize, report_markdown), write the Markdown report, then print
+    JSON or a table with the summary line."""
+    from rich.table import Table
+
+    from windtunnel.specs.yamlio import write_atomic
+
+    results = module.validate_rows(module.read_rows(csv_path))
+    summary = module.summarize(results)
+    if out is not None:
+        write_atomic(out, module.report_markdown(results, summary, str(csv_path)))
+    if as_json:
+        emit_json({"rows": [r.as_dict() for r in results], "summary": summary})
+        return
+    table = Table(title=f"{kind} validation: {csv_path}")
+    for column in ("id", "group", "metric", "measured", "predicted", "error", "role", "status"):
+        table.add_column(column)
+    for r in results:
+        table.add_row(r.id, r.group, r.metric, num(r.measured), num(r.predicted), pct(r.error), r.role, r.status[:60])
+    console.print(table)
+    median, worst = summary["median_abs_error"], summary["max_abs_error"]
+    console.print(f"validation rows: {summary['n_validation']}, median |error| {apct(median) or 'n/a'}, "
+                  f"max |error| {apct(worst) or 'n/a'}; calibration rows: {summary['n_calibration']}; "
+                  f"predicted {summary['n_predicted']}, skipped {summary['n_skipped']}")
+    if out is not None:
+        console.print(f"report written to {out}")
