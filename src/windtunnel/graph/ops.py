@@ -109,12 +109,10 @@ def backward_of(forward: OpGraph, *, comm_swap: dict[str, str] | None = None) ->
         base = dict(deps=deps, phase="bwd", saved_bytes=0.0)
         if op.kind == "gemm":
             m, nn, k = op.shape
-            dgrad = backward.add(replace(op, name=op.name + ".dgrad", shape=(m, k, nn), **base))
-            wgrad = backward.add(replace(op, name=op.name + ".wgrad", shape=(k, nn, m), **{**base, "deps": deps}))
-            # the data gradient is what the previous operator waits for; the weight gradient only
-            # has to finish before the step ends, so the sink collects it.
-            new_index[index] = dgrad
-            _ = wgrad
+            # The data gradient is what the previous operator waits for; the weight gradient only
+            # has to finish before the step ends (it is a sink of the backward graph).
+            new_index[index] = backward.add(replace(op, name=op.name + ".dgrad", shape=(m, k, nn), **base))
+            backward.add(replace(op, name=op.name + ".wgrad", shape=(k, nn, m), **base))
         elif op.kind == "attention":
             new_index[index] = backward.add(replace(op, name=op.name + ".bwd", flops=op.flops * 2.5,
                                                     bytes_moved=op.bytes_moved * 2.0, **base))

@@ -72,9 +72,6 @@ def dualpipe(pp: int, micro_batches: int) -> list[list[Block]]:
     def stage_of(rank: int, chunk: int) -> int:
         return rank if chunk == 0 else pp - 1 - rank
 
-    def rank_of(stage: int, chunk: int) -> int:
-        return stage if chunk == 0 else pp - 1 - stage
-
     def forward_ready(rank: int, chunk: int) -> int | None:
         index = forward_index[rank][chunk]
         if index >= len(next_forward[chunk]):
@@ -133,7 +130,6 @@ def dualpipe(pp: int, micro_batches: int) -> list[list[Block]]:
                 completed.append(("F", fwd_mb, stage_of(rank, fwd_chunk)))
                 finished += 1
         done.update(completed)
-    _ = rank_of
     return orders
 
 
