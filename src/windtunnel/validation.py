@@ -8,16 +8,14 @@ calibration rows only, and the accuracy that counts is on the validation rows.
 
 from __future__ import annotations
 
-import csv
-import io
 import math
-import statistics
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
 from windtunnel.cost.efficiency import clear_caches
+from windtunnel.report.accuracy import RowResult, read_csv_rows
+from windtunnel.report.accuracy import summarize as summarize  # part of this module's interface
 from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.hardware import chip_names, load_chip, load_hardware
 from windtunnel.specs.model import ModelSpec, load_model
@@ -49,39 +47,9 @@ ATTENTION_BOUNDS = (0.35, 0.80)
 PRIOR_WEIGHT = 0.05
 
 
-@dataclass
-class RowResult:
-    id: str
-    metric: str
-    measured: float | None
-    predicted: float | None
-    error: float | None
-    role: str
-    status: str
-    assumptions: list[str] = field(default_factory=list)
-    source: str = ""
-    group: str = ""
-    arch: str = "dense"
-
-    def as_dict(self) -> dict:
-        return {"id": self.id, "metric": self.metric, "measured": self.measured, "predicted": self.predicted,
-                "error": self.error, "role": self.role, "status": self.status, "assumptions": self.assumptions,
-                "source": self.source, "group": self.group}
-
-
 def read_rows(path: str | Path) -> list[dict[str, str]]:
-    """Read the CSV; a missing column or file is one clear error."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise WindtunnelError(f"Validation CSV not found: '{path}'.") from exc
-    reader = csv.DictReader(io.StringIO(text))
-    missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
-    if missing:
-        raise WindtunnelError(f"Validation CSV '{path}' lacks column(s) {', '.join(missing)}; expected the schema of "
-                              "shared/reference/training_runs.csv (id, model, hardware, n_devices, metric, value, ...).")
-    return list(reader)
+    """Read the CSV; a missing file or column is one clear error."""
+    return read_csv_rows(path, REQUIRED, "shared/reference/training_runs.csv (id, model, hardware, n_devices, metric, value, ...)")
 
 
 def _int(row: dict, key: str) -> int | None:
@@ -332,26 +300,6 @@ def validate_rows(rows: list[dict], *, fitted_override: dict | None = None, only
         out.append(RowResult(row["id"], row["metric"], measured, predicted, error, role, status,
                              [f"plan {result.plan}", *notes], row.get("source", ""), group, row.get("arch") or "dense"))
     return out
-
-
-def summarize(results: list[RowResult]) -> dict:
-    """Median and max absolute error on validation rows, counts, and the calibration rows' errors."""
-    validation = [abs(r.error) for r in results if r.role == "validation" and r.error is not None]
-    calibration = [abs(r.error) for r in results if r.role == "calibration" and r.error is not None]
-    skipped: dict[str, int] = {}
-    for r in results:
-        if r.predicted is None:
-            skipped[r.status] = skipped.get(r.status, 0) + 1
-    return {
-        "median_abs_error": statistics.median(validation) if validation else None,
-        "max_abs_error": max(validation) if validation else None,
-        "n_predicted": sum(1 for r in results if r.predicted is not None),
-        "n_skipped": sum(1 for r in results if r.predicted is None),
-        "n_validation": len(validation),
-        "n_calibration": len(calibration),
-        "calibration_median_abs_error": statistics.median(calibration) if calibration else None,
-        "skipped_reasons": skipped,
-    }
 
 
 def report_markdown(results: list[RowResult], summary: dict, csv_path: str) -> str:

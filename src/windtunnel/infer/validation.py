@@ -19,11 +19,7 @@ runs, NVIDIA NIM's concurrency sweeps) *validates*. Parameters are fitted on cal
 
 from __future__ import annotations
 
-import csv
-import io
 import math
-import statistics
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +29,8 @@ from windtunnel.infer.deployment import InstanceSpec, resolve_instance, serving_
 from windtunnel.infer.iteration import IterationModel
 from windtunnel.infer.sim import Simulator
 from windtunnel.infer.traffic import Workload
+from windtunnel.report.accuracy import RowResult, read_csv_rows
+from windtunnel.report.accuracy import summarize as summarize  # part of this module's interface
 from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.hardware import chip_names, load_chip
 from windtunnel.specs.model import ModelSpec, load_model
@@ -54,39 +52,9 @@ FIT_BOUNDS = {"memory_bandwidth": (0.5, 0.95), "gemm_fp8": (0.3, 0.85), "step_ov
 PRIOR_WEIGHT = 0.05
 
 
-@dataclass
-class RowResult:
-    id: str
-    metric: str
-    measured: float | None
-    predicted: float | None
-    error: float | None
-    role: str
-    status: str
-    assumptions: list[str] = field(default_factory=list)
-    source: str = ""
-    group: str = ""
-    kind: str = ""
-
-    def as_dict(self) -> dict:
-        return {"id": self.id, "metric": self.metric, "measured": self.measured, "predicted": self.predicted,
-                "error": self.error, "role": self.role, "status": self.status, "assumptions": self.assumptions,
-                "source": self.source, "group": self.group, "kind": self.kind}
-
-
 def read_rows(path: str | Path) -> list[dict[str, str]]:
     """Read the CSV; a missing file or column is one clear error."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise WindtunnelError(f"Validation CSV not found: '{path}'.") from exc
-    reader = csv.DictReader(io.StringIO(text))
-    missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
-    if missing:
-        raise WindtunnelError(f"Validation CSV '{path}' lacks column(s) {', '.join(missing)}; expected the schema of "
-                              "shared/reference/inference_runs.csv (id, model, hardware, role, tp, ep, metric, value, ...).")
-    return list(reader)
+    return read_csv_rows(path, REQUIRED, "shared/reference/inference_runs.csv (id, model, hardware, role, tp, ep, metric, value, ...)")
 
 
 def _num(row: dict, key: str) -> float | None:
@@ -303,28 +271,8 @@ def validate_rows(rows: list[dict], *, fitted: dict | None = None) -> list[RowRe
             continue
         error = (value - measured) / measured if measured else None
         results.append(RowResult(row["id"], row["metric"], measured, value, error, role, "predicted", notes,
-                                 row.get("source", ""), group, kind))
+                                 row.get("source", ""), group, kind=kind))
     return results
-
-
-def summarize(results: list[RowResult]) -> dict:
-    """Median and max absolute error on validation rows, counts, and the calibration rows' errors."""
-    validation = [abs(r.error) for r in results if r.role == "validation" and r.error is not None]
-    calibration = [abs(r.error) for r in results if r.role == "calibration" and r.error is not None]
-    skipped: dict[str, int] = {}
-    for r in results:
-        if r.predicted is None:
-            skipped[r.status] = skipped.get(r.status, 0) + 1
-    return {
-        "median_abs_error": statistics.median(validation) if validation else None,
-        "max_abs_error": max(validation) if validation else None,
-        "n_predicted": sum(1 for r in results if r.predicted is not None),
-        "n_skipped": sum(1 for r in results if r.predicted is None),
-        "n_validation": len(validation),
-        "n_calibration": len(calibration),
-        "calibration_median_abs_error": statistics.median(calibration) if calibration else None,
-        "skipped_reasons": skipped,
-    }
 
 
 # ---- calibration ----------------------------------------------------------------------------------------

@@ -2,9 +2,77 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import statistics
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+from windtunnel.specs.errors import WindtunnelError
+from windtunnel.specs.yamlio import read_text
+
+
+@dataclass
+class RowResult:
+    """One measured row and its prediction (error is signed: (predicted - measured) / measured)."""
+
+    id: str
+    metric: str
+    measured: float | None
+    predicted: float | None
+    error: float | None
+    role: str
+    status: str
+    assumptions: list[str] = field(default_factory=list)
+    source: str = ""
+    group: str = ""
+    arch: str = "dense"
+    kind: str = ""
+
+    def as_dict(self) -> dict:
+        out = {"id": self.id, "metric": self.metric, "measured": self.measured, "predicted": self.predicted,
+               "error": self.error, "role": self.role, "status": self.status, "assumptions": self.assumptions,
+               "source": self.source, "group": self.group}
+        if self.kind:
+            out["kind"] = self.kind
+        return out
+
+
+def read_csv_rows(path: str | Path, required: Iterable[str], schema: str) -> list[dict[str, str]]:
+    """Rows of a measurement CSV; a missing file or column is one clear error naming the schema."""
+    path = Path(path)
+    try:
+        text = read_text(path)
+    except WindtunnelError as exc:
+        raise WindtunnelError(f"Validation CSV not found or unreadable: '{path}'.") from exc
+    reader = csv.DictReader(io.StringIO(text))
+    missing = [c for c in required if c not in (reader.fieldnames or [])]
+    if missing:
+        raise WindtunnelError(f"Validation CSV '{path}' lacks column(s) {', '.join(missing)}; expected the schema of "
+                              f"{schema}.")
+    return list(reader)
+
+
+def summarize(results: list) -> dict:
+    """Median and max absolute error on validation rows, counts, and the calibration rows' errors."""
+    validation = [abs(r.error) for r in results if r.role == "validation" and r.error is not None]
+    calibration = [abs(r.error) for r in results if r.role == "calibration" and r.error is not None]
+    skipped: dict[str, int] = {}
+    for r in results:
+        if r.predicted is None:
+            skipped[r.status] = skipped.get(r.status, 0) + 1
+    return {
+        "median_abs_error": statistics.median(validation) if validation else None,
+        "max_abs_error": max(validation) if validation else None,
+        "n_predicted": sum(1 for r in results if r.predicted is not None),
+        "n_skipped": sum(1 for r in results if r.predicted is None),
+        "n_validation": len(validation),
+        "n_calibration": len(calibration),
+        "calibration_median_abs_error": statistics.median(calibration) if calibration else None,
+        "skipped_reasons": skipped,
+    }
 
 
 def pct(value: float | None) -> str:
