@@ -34,3 +34,14 @@ def run_cli(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
 @pytest.fixture(name="cli")
 def cli_fixture():
     return run_cli
+
+
+def assert_one_clear_error(proc, *needles: str) -> str:
+    """Exit code 2, exactly one 'error:' line on stderr naming every needle, no traceback anywhere."""
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]

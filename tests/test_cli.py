@@ -9,23 +9,9 @@ import json
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, assert_one_clear_error
 
 SIM = ["train", "simulate"]
-
-
-def assert_one_clear_error(proc, *needles: str) -> str:
-    """Non-zero exit, exactly one 'error:' line on stderr naming every needle, no traceback anywhere."""
-    assert proc.returncode != 0, proc.stdout
-    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout, proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1, proc.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
-
-
-# ---- bad input ---------------------------------------------------------------------------------------
 
 
 def test_malformed_yaml_model(cli, tmp_path):

@@ -6,20 +6,10 @@ import json
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, assert_one_clear_error
 
 SMALL = ["--model", "llama3-8b", "--hardware", "h100-sxm"]
 TRAFFIC = "poisson:rate=8,input=lognormal(800,0.6),output=lognormal(150,0.6),requests=150"
-
-
-def one_clear_error(proc, *needles: str) -> str:
-    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
-    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout, proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1, proc.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 def test_simulate_json_contract(cli):
@@ -48,9 +38,9 @@ def test_simulate_human_output_disaggregated(cli):
     ("mixed:tp=1;router=random", ["router", "random", "least_tokens"]),
     ("prefill:tp=1", ["decode"]),
 ])
-def test_bad_deployment_is_one_clear_error(cli, deployment, needles):
+def test_bad_deployment_is_assert_one_clear_error(cli, deployment, needles):
     proc = cli("infer", "simulate", *SMALL, "--deployment", deployment, "--traffic", TRAFFIC)
-    one_clear_error(proc, *needles)
+    assert_one_clear_error(proc, *needles)
 
 
 @pytest.mark.parametrize("traffic, needles", [
@@ -58,9 +48,9 @@ def test_bad_deployment_is_one_clear_error(cli, deployment, needles):
     ("poisson:rate=2,input=normal(5,1),output=10", ["input", "lognormal(mean,sigma)"]),
     ("trace:missing.csv", ["missing.csv"]),
 ])
-def test_bad_traffic_is_one_clear_error(cli, traffic, needles):
+def test_bad_traffic_is_assert_one_clear_error(cli, traffic, needles):
     proc = cli("infer", "simulate", *SMALL, "--deployment", "mixed:tp=1", "--traffic", traffic)
-    one_clear_error(proc, *needles)
+    assert_one_clear_error(proc, *needles)
 
 
 def test_validate_inference_json(cli, tmp_path):
