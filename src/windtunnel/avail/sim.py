@@ -63,6 +63,9 @@ class EventSample:
     dep_key: np.ndarray
     arr_key: np.ndarray
     arr_nodes: np.ndarray
+    # the same queue as one sorted sequence of changes: key of each change, nodes in repair just after it
+    queue_key: np.ndarray
+    queue_in_repair: np.ndarray
     # fail-slow intervals clipped to [0, horizon], class index in slowdown-descending order
     slow_rep: np.ndarray
     slow_start: np.ndarray
@@ -131,6 +134,10 @@ def sample_events(scenario: Scenario, reps: int, rng: np.random.Generator) -> Ev
     arr_base = np.concatenate(([0], arr_cum))[rep_first]
     k_after = (arr_cum - arr_base[rep]) - (dep_pos - rep_dep_start[rep])
     arr_key, arr_nodes = ev_key[hw], nodes[hw]
+    # arrivals' positions among the departures are already known (dep_pos), so merging is a scatter
+    merge = _Inserter(len(dep_key), dep_pos[hw])
+    queue_key = merge(dep_key, arr_key)
+    queue_in_repair = np.cumsum(merge(np.full(len(dep_key), -1, dtype=np.int64), arr_nodes))
     job = t >= 0
     n_job = int(job.sum())
     e_det = rng.standard_exponential(n_job) if mech.exponential else None
@@ -158,8 +165,26 @@ def sample_events(scenario: Scenario, reps: int, rng: np.random.Generator) -> Ev
         reps=reps, horizon=H, warmup=W, span=span, rep=rep[job], t=t[job], comp=comp[job], nodes_out=nodes[job],
         planned=planned_c[comp[job]] if len(planned_c) else np.zeros(n_job, dtype=bool),
         k_after=k_after[job], dep_pos=dep_pos[job], e_det=e_det, e_rst=e_rst, dep_key=dep_key, arr_key=arr_key,
-        arr_nodes=arr_nodes, slow_rep=cat(parts_rep, np.int64), slow_start=cat(parts_s, float),
+        arr_nodes=arr_nodes, queue_key=queue_key, queue_in_repair=queue_in_repair, slow_rep=cat(parts_rep, np.int64), slow_start=cat(parts_s, float),
         slow_end=cat(parts_e, float), slow_class=cat(parts_c, np.int64), slow_weights=weights, slow_factors=factors)
+
+
+class _Inserter:
+    """``np.insert`` for several arrays at the same sorted positions, as one scatter each (np.insert sorts
+    its positions on every call). ``positions`` index the base array; values go before those elements,
+    in order for equal positions."""
+
+    def __init__(self, base_length: int, positions: np.ndarray) -> None:
+        self.new_index = np.asarray(positions, dtype=np.int64) + np.arange(len(positions))
+        self.base_mask = np.ones(base_length + len(positions), dtype=bool)
+        self.base_mask[self.new_index] = False
+
+    def __call__(self, base: np.ndarray, values) -> np.ndarray:
+        values = np.asarray(values)
+        out = np.empty(len(self.base_mask), dtype=np.result_type(base, values))
+        out[self.base_mask] = base
+        out[self.new_index] = values
+        return out
 
 
 # ---- evaluation of one sample under one policy ----------------------------------------------------------
@@ -278,14 +303,14 @@ def evaluate(sample: EventSample, mech: Mechanics, *, keep_timeline: bool = Fals
     d_fail = np.ones(n_c, dtype=bool)
     d_rep, d_beg, d_end, d_det, d_wait, d_rst = c_rep, c_begin, c_end, c_det, c_wait, c_rst
     if len(pt):
-        pos = np.searchsorted(c_key, p_key, side="left")
-        d_rep = np.insert(c_rep, pos, prep)
-        d_beg = np.insert(c_begin, pos, pt)
-        d_end = np.insert(c_end, pos, p_end)
-        d_fail = np.insert(d_fail, pos, np.zeros(len(pt), dtype=bool))
-        d_det = np.insert(c_det, pos, 0.0)
-        d_wait = np.insert(c_wait, pos, 0.0)
-        d_rst = np.insert(c_rst, pos, p_end - pt)
+        insert = _Inserter(n_c, np.searchsorted(c_key, p_key, side="left"))
+        d_rep = insert(c_rep, prep)
+        d_beg = insert(c_begin, pt)
+        d_end = insert(c_end, p_end)
+        d_fail = insert(d_fail, False)
+        d_det = insert(c_det, 0.0)
+        d_wait = insert(c_wait, 0.0)
+        d_rst = insert(c_rst, p_end - pt)
 
     # -- running intervals: before each down interval, and from the last one to the horizon
     n_d = len(d_beg)
@@ -311,10 +336,10 @@ def evaluate(sample: EventSample, mech: Mechanics, *, keep_timeline: bool = Fals
     need_c = keep_timeline or len(sample.slow_start) > 0 or (mech.elastic and len(sample.arr_key) > 0)
     if need_c:
         # committed running time C = running intervals minus their rolled-back tails, in (rep, time) order
-        pos_final = np.searchsorted(d_rep, np.arange(R), side="right")
-        c_rep_all = np.insert(d_rep, pos_final, np.arange(R))
-        c_s = np.insert(prev_end, pos_final, final_start)
-        c_e = np.maximum(np.insert(d_beg - lost, pos_final, np.full(R, H)), c_s)
+        insert = _Inserter(n_d, np.searchsorted(d_rep, np.arange(R), side="right"))
+        c_rep_all = insert(d_rep, np.arange(R))
+        c_s = insert(prev_end, final_start)
+        c_e = np.maximum(insert(d_beg - lost, H), c_s)
         ck_s, ck_e = c_rep_all * span + c_s, c_rep_all * span + c_e
 
     degraded = np.zeros(R)
@@ -330,12 +355,8 @@ def evaluate(sample: EventSample, mech: Mechanics, *, keep_timeline: bool = Fals
     shrink = np.zeros(R)
     if mech.elastic and len(sample.arr_key):
         # capacity lost while more nodes are in repair than spares, integrated over committed running time
-        # merge the two sorted key arrays (arrivals, departures) without a full sort
-        at = np.searchsorted(sample.dep_key, sample.arr_key, side="right")
-        keys = np.insert(sample.dep_key, at, sample.arr_key)
-        delta = np.insert(-np.ones(len(sample.dep_key), dtype=np.int64), at, sample.arr_nodes)
-        k = np.cumsum(delta)
-        f = np.minimum(1.0, np.maximum(k - mech.spares, 0) * mech.shrink_per_node)
+        keys = sample.queue_key
+        f = np.minimum(1.0, np.maximum(sample.queue_in_repair - mech.spares, 0) * mech.shrink_per_node)
         integral = np.concatenate(([0.0], np.cumsum(f[:-1] * np.diff(keys))))
 
         def F(x: np.ndarray) -> np.ndarray:
@@ -464,6 +485,21 @@ def _run_chunk(job: tuple) -> list[tuple[dict[str, np.ndarray], dict | None]]:
     return out
 
 
+def _keep_freed_memory() -> None:
+    """Pool-worker initializer: ask glibc to keep freed large blocks in the heap. By default it hands
+    every array above a few MB back to the kernel when freed, so each chunk faults its ~100 MB of pages
+    in again (a third of the wall time in a large run). Without glibc (macOS, musl) this does nothing."""
+    try:
+        import ctypes
+
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    mallopt(m_mmap_threshold, 256 << 20)
+    mallopt(m_trim_threshold, 512 << 20)
+
+
 def simulate_variants(scenario: Scenario, mechanics: list[Mechanics], replications: int = 1000, seed: int = 0,
                       *, keep_timeline: bool = False) -> list[dict[str, np.ndarray]]:
     """Evaluate several policies' mechanics on the same sampled faults (common random numbers)."""
@@ -482,7 +518,7 @@ def simulate_variants(scenario: Scenario, mechanics: list[Mechanics], replicatio
     if len(jobs) >= _PARALLEL_CHUNKS and workers > 1:
         # Chunks are independent (each has its own seed sequence), so a pool of processes gives the
         # same numbers as one process, in the same order.
-        with multiprocessing.get_context("fork").Pool(workers) as pool:
+        with multiprocessing.get_context("fork").Pool(workers, initializer=_keep_freed_memory) as pool:
             results = pool.map(_run_chunk, jobs, chunksize=max(1, len(jobs) // (4 * workers)))
     else:
         results = [_run_chunk(job) for job in jobs]
