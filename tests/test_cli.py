@@ -99,6 +99,17 @@ RESULT_KEYS = {"step_time_s", "tokens_per_s", "tokens_per_s_per_device", "model_
                "peak_memory_bytes", "feasible", "infeasible_reason", "breakdown", "assumptions"}
 
 
+def test_train_simulate_unfused_loss_flag(cli):
+    """`--unfused-loss` costs Megatron-LM's fp32 cross-entropy: a slower step, stated in the assumptions."""
+    args = (*SIM, "--model", "llama3-8b", "--hardware", "h100-sxm", "--devices", "8", "--seq-len", "2048",
+            "--global-batch", "16", "--plan", "tp=1,pp=1", "--json")
+    fused, unfused = cli(*args), cli(*args, "--unfused-loss")
+    assert fused.returncode == 0 and unfused.returncode == 0, (fused.stderr, unfused.stderr)
+    fused, unfused = json.loads(fused.stdout), json.loads(unfused.stdout)
+    assert unfused["step_time_s"] > fused["step_time_s"]
+    assert any("unfused fp32 cross-entropy" in a for a in unfused["assumptions"])
+
+
 def test_train_simulate_json_contract_and_trace(cli, tmp_path):
     """`train simulate --json --trace`: the result keys, a breakdown summing to the step time, and a Chrome
     trace of 'X' events with numeric ts/dur that ends at the step time."""

@@ -192,3 +192,71 @@ def test_context_parallel_divides_activations():
                                   plan=f"tp=2,cp={cp}").memory_breakdown["activations"] for cp in (1, 2, 4)}
     assert acts[2] == pytest.approx(acts[1] / 2, rel=0.05)
     assert acts[4] == pytest.approx(acts[1] / 4, rel=0.05)
+
+
+def _attention_op(head_dim: int, phase: str = "fwd"):
+    from windtunnel.graph.ops import Op
+
+    heads, seq = 64, 8192
+    scores = heads * seq * seq / 2
+    op = Op("core_attention", "attention", flops=4.0 * scores * head_dim, exponentials=scores,
+            bytes_moved=1e6, shape=(heads, seq, seq, head_dim))
+    return op if phase == "fwd" else Op(**{**op.__dict__, "flops": op.flops * 2.5, "phase": "bwd"})
+
+
+def test_special_function_units_bound_small_head_attention_on_blackwell():
+    from windtunnel.cost.compute import attention_time
+    from windtunnel.cost.efficiency import efficiency_for
+    from windtunnel.specs.hardware import load_chip
+
+    gb200, gb300 = load_chip("gb200"), load_chip("gb300")
+    eff = efficiency_for(gb200)
+    # head_dim 64: 256 FLOPs per exponential forward; GB200 evaluates ~5e12 exponentials/s against
+    # 2.5e15 FLOP/s, so the SFUs, not the tensor cores, set the pace; GB300 doubles the SFUs.
+    small = _attention_op(64)
+    assert attention_time(small, gb200, eff) > 1.8 * attention_time(small, gb200.model_copy(update={"exp_per_s": None}), eff)
+    assert attention_time(small, gb300, eff) < attention_time(small, gb200, eff)
+    # head_dim 128 on H100: 512 FLOPs per exponential keep the tensor cores the bound.
+    h100 = load_chip("h100-sxm")
+    big = _attention_op(128)
+    assert attention_time(big, h100, eff) == attention_time(big, h100.model_copy(update={"exp_per_s": None}), eff)
+
+
+@pytest.mark.parametrize("phase", ["fwd", "bwd"])
+def test_more_exponential_throughput_never_slows_attention(phase):
+    from windtunnel.cost.compute import attention_time
+    from windtunnel.cost.efficiency import efficiency_for
+    from windtunnel.specs.hardware import load_chip
+
+    chip = load_chip("b200")
+    eff = efficiency_for(chip)
+    for head_dim in (32, 64, 128, 192):
+        op = _attention_op(head_dim, phase)
+        times = [attention_time(op, chip.model_copy(update={"exp_per_s": rate}), eff) for rate in (1e12, 4e12, 1.6e13)]
+        assert times[0] >= times[1] >= times[2]
+
+
+def test_unfused_fp32_loss_moves_more_bytes_and_keeps_fp32_probabilities():
+    from windtunnel.graph.ops import backward_of
+    from windtunnel.graph.transformer import Sharding, head_forward
+
+    model = load_model("llama3-8b")
+    shard = Sharding(micro_batch=1, seq_len=4096)
+    logits = 4096 * model.vocab
+    costs = {}
+    for fused in (True, False):
+        forward = head_forward(model, Sharding(micro_batch=1, seq_len=4096, fused_loss=fused))
+        loss = next(op for op in forward.ops if op.name == "cross_entropy")
+        loss_bwd = next(op for op in backward_of(forward).ops if op.name == "cross_entropy.bwd")
+        costs[fused] = (loss.bytes_moved / logits, loss_bwd.bytes_moved / logits, loss.saved_bytes / logits)
+    assert costs[True] == (6.0, 4.0, 2.0)     # one fused kernel on bf16 logits
+    assert costs[False] == (38.0, 14.0, 4.0)  # Megatron-LM's PyTorch ops on an fp32 copy
+    assert shard.fused_loss
+
+
+def test_unfused_loss_never_speeds_up_a_step():
+    kwargs = dict(seq_len=4096, global_batch=64, plan="tp=1,pp=1,mbs=1,recompute=none,zero=1")
+    fused = simulate_training("llama3-8b", "h100-sxm", 8, **kwargs)
+    unfused = simulate_training("llama3-8b", "h100-sxm", 8, fused_loss=False, **kwargs)
+    assert unfused.step_time_s > fused.step_time_s
+    assert any("unfused fp32 cross-entropy" in a for a in unfused.assumptions)

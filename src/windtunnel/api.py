@@ -47,6 +47,7 @@ def simulate_training(
     global_batch: int,
     plan: str | dict | Plan = "",
     flash_attention: bool = True,
+    fused_loss: bool = True,
     moe_imbalance: float = 1.1,
     keep_trace: bool = False,
 ) -> TrainingResult:
@@ -64,7 +65,8 @@ def simulate_training(
             raise ValueError("devices is required when hardware is given by name")
         cluster = load_hardware(hardware, devices)
     job = TrainingJob(model=model_spec, cluster=cluster, plan=parse_plan(plan), seq_len=seq_len,
-                      global_batch=global_batch, flash_attention=flash_attention, moe_imbalance=moe_imbalance,
+                      global_batch=global_batch, flash_attention=flash_attention, fused_loss=fused_loss,
+                      moe_imbalance=moe_imbalance,
                       keep_trace=keep_trace, dag=dag)
     return simulate(job)
 

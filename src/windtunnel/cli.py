@@ -44,6 +44,8 @@ def train_simulate(
     plan: str = typer.Option("", help="Plan, e.g. tp=8,pp=16,cp=1,vpp=1,mbs=1,recompute=selective,sp=true,zero=1"),
     moe_imbalance: float = typer.Option(1.1, help="Tokens on the busiest expert rank / the balanced share."),
     no_flash: bool = typer.Option(False, "--no-flash", help="Unfused attention (scores materialised)."),
+    unfused_loss: bool = typer.Option(False, "--unfused-loss",
+                                      help="Unfused fp32 cross-entropy (Megatron-LM's default) instead of a fused kernel."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     trace: Path | None = typer.Option(None, help="Write the simulated step as a Chrome trace (Perfetto)."),
 ) -> None:
@@ -54,7 +56,8 @@ def train_simulate(
     from windtunnel.specs.yamlio import write_atomic
 
     result = simulate_training(model, hardware, devices, seq_len=seq_len, global_batch=global_batch, plan=plan,
-                               flash_attention=not no_flash, moe_imbalance=moe_imbalance, keep_trace=trace is not None)
+                               flash_attention=not no_flash, fused_loss=not unfused_loss, moe_imbalance=moe_imbalance,
+                               keep_trace=trace is not None)
     if trace is not None:
         write_atomic(trace, trace_json(result.trace, title=f"{result.model} {result.plan}"))
     if as_json:

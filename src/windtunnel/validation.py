@@ -28,6 +28,9 @@ METRICS = ("sec_per_iter", "tokens_per_s_per_device", "model_tflops_per_device",
 REQUIRED = ("id", "model", "hardware", "n_devices", "metric", "value")
 # Sources whose runs predate fused (flash) attention, Megatron's distributed optimizer and TP overlap.
 LEGACY_SOURCES = ("Narayanan", "Korthikanti")
+# Stacks whose default fuses the cross-entropy loss into one kernel (NeMo's and Megatron-Bridge's model
+# configs set cross_entropy_loss_fusion=True); Megatron-LM's own default, and older stacks, leave it unfused.
+FUSED_LOSS_SOURCES = ("NVIDIA/NeMo", "NVIDIA-NeMo/Megatron-Bridge")
 SINGLE_NODE = 8
 # Tokenizer sizes of model families, used when a row leaves the vocabulary blank (a public fact about
 # the model, not a fitted value).
@@ -177,6 +180,9 @@ def build_job(row: dict, *, fitted_override: dict | None = None) -> tuple[Traini
         notes.append("FSDP=1 in the source: parameters, gradients and optimizer sharded (ZeRO-3)")
     overlap = not legacy and tp > 1 and sp
     notes.append(f"TP communication overlap {'on (NVIDIA recipes)' if overlap else 'off'}")
+    fused_loss = any(name in source for name in FUSED_LOSS_SOURCES)
+    notes.append("cross-entropy " + ("fused (NeMo / Megatron-Bridge default)" if fused_loss
+                                     else "unfused fp32 (Megatron-LM default, or a stack without a fused loss)"))
     if legacy:
         notes.append("attention unfused (the source predates FlashAttention in Megatron)")
     elif unfused:
@@ -195,7 +201,7 @@ def build_job(row: dict, *, fitted_override: dict | None = None) -> tuple[Traini
         plan = Plan(tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, recompute=mode, recompute_layers=layers, sp=sp,
                     zero=zero, tp_overlap=overlap, precision=precision if precision in ("bf16", "fp16", "fp8") else "bf16")
         return TrainingJob(model=model, cluster=cluster, plan=plan, seq_len=seq_len,
-                           global_batch=_int(row, "global_batch"), flash_attention=not unfused,
+                           global_batch=_int(row, "global_batch"), flash_attention=not unfused, fused_loss=fused_loss,
                            moe_imbalance=imbalance, fitted_override=fitted_override)
 
     if recompute:

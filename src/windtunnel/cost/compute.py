@@ -51,13 +51,19 @@ def attention_time(op: Op, chip: Chip, eff: Efficiency) -> float:
     window_keys, window_share = (op.shape[4], op.shape[5]) if len(op.shape) > 5 else (0, 0.0)
     peak = chip.peak("bf16") if "bf16" in chip.peak_flops else chip.peak("fp16")
     maximum = eff.attention_fwd if op.phase != "bwd" else eff.attention_bwd
+    # At full efficiency the kernel is bound by the slower of its matrix units (score and value
+    # FLOPs) and its special-function units (one exponential per score): small heads put more
+    # exponentials on each FLOP, so on chips with few SFUs (Blackwell) they bound the kernel.
+    ideal = op.flops / peak
+    if chip.exp_per_s and op.exponentials:
+        ideal = max(ideal, op.exponentials / chip.exp_per_s)
 
-    def rate(keys: float) -> float:
-        return peak * maximum * keys / (keys + eff.attention_half_length)
+    def efficiency(keys: float) -> float:
+        return maximum * keys / (keys + eff.attention_half_length)
 
-    compute = op.flops * (1.0 - window_share) / rate(kv_len)
+    compute = ideal * (1.0 - window_share) / efficiency(kv_len)
     if window_share:
-        compute += op.flops * window_share / rate(window_keys)
+        compute += ideal * window_share / efficiency(window_keys)
     memory = op.bytes_moved / (chip.hbm_bandwidth * eff.memory_bandwidth)
     return max(compute, memory) + eff.kernel_overhead_s
 

@@ -18,7 +18,7 @@ layer:
 ```
 
 Units: FLOPs, bytes, tokens. ``kind`` is gemm (m, n, k, optional count), attention (flops, bytes,
-kv_len), memory (bytes), or a collective (all_reduce, all_gather, reduce_scatter, all_to_all,
+kv_len, optional exponentials: softmax exponentials evaluated, one per score), memory (bytes), or a collective (all_reduce, all_gather, reduce_scatter, all_to_all,
 send_recv) with ``group`` one of tp, cp, ep, dp and ``bytes`` the full buffer.
 """
 
@@ -53,6 +53,7 @@ class DagOperator(BaseModel):
     saved_bytes: float | None = Field(default=None, ge=0.0)
     q_len: PositiveInt | None = None
     kv_len: PositiveInt | None = None
+    exponentials: float = Field(default=0.0, ge=0.0)
     group: Literal["tp", "cp", "ep", "dp"] | None = None
     model_flops: bool = True
 
@@ -137,7 +138,7 @@ def _operator(op: DagOperator, deps: tuple[int, ...], where: str) -> Op:
     if op.kind == "attention":
         need("flops", "kv_len")
         return Op(op.name, "attention", flops=op.flops, bytes_moved=op.bytes, saved_bytes=op.saved_bytes or 0.0,
-                  shape=(1, op.q_len or op.kv_len, op.kv_len, 0), deps=deps, model_flops=op.model_flops, precision="bf16")
+                  exponentials=op.exponentials, shape=(1, op.q_len or op.kv_len, op.kv_len, 0), deps=deps, model_flops=op.model_flops, precision="bf16")
     if op.kind == "memory":
         need("bytes")
         return Op(op.name, "memory", flops=op.flops, bytes_moved=op.bytes, saved_bytes=op.saved_bytes or 0.0,

@@ -30,6 +30,11 @@ class Op:
     count: identical instances run back to back (e.g. the experts of a grouped GEMM).
     fanout: for an expert all-to-all, the copies of each token in the message (top-k); a
         deduplicating dispatcher sends each token once per remote domain instead of once per copy.
+    exponentials: for attention, the softmax exponentials one instance evaluates (one per score;
+        the backward recomputes the probabilities, so it evaluates as many again). They run on the
+        special-function units, whose throughput can bound the kernel instead of the tensor cores.
+    backward_bytes: for a memory-bound op, the HBM traffic of its backward when it is not twice the
+        forward's (e.g. a loss whose forward already wrote the gradient).
     """
 
     name: str
@@ -46,6 +51,8 @@ class Op:
     count: int = 1
     precision: str | None = None
     fanout: int = 1
+    exponentials: float = 0.0
+    backward_bytes: float | None = None
 
     @property
     def is_comm(self) -> bool:
@@ -117,8 +124,9 @@ def backward_of(forward: OpGraph, *, comm_swap: dict[str, str] | None = None) ->
             new_index[index] = backward.add(replace(op, name=op.name + ".bwd", flops=op.flops * 2.5,
                                                     bytes_moved=op.bytes_moved * 2.0, **base))
         elif op.kind == "memory":
-            new_index[index] = backward.add(replace(op, name=op.name + ".bwd", bytes_moved=op.bytes_moved * 2.0,
-                                                    flops=op.flops * 2.0, **base))
+            bytes_moved = op.bytes_moved * 2.0 if op.backward_bytes is None else op.backward_bytes
+            new_index[index] = backward.add(replace(op, name=op.name + ".bwd", bytes_moved=bytes_moved,
+                                                    flops=op.flops * 2.0, backward_bytes=None, **base))
         else:
             new_index[index] = backward.add(replace(op, name=op.name + ".bwd", kind=swap.get(op.kind, op.kind), **base))
     return backward

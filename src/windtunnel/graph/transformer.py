@@ -28,6 +28,7 @@ class Sharding:
     micro_batch: int = 1
     seq_len: int = 2048
     flash_attention: bool = True
+    fused_loss: bool = True
     moe_imbalance: float = 1.0
     dispatch_bytes: float = ACT_BYTES
     precision: str = "bf16"
@@ -146,8 +147,9 @@ class _Builder:
             # layers' share of the work is costed at the window's length (see cost.compute).
             window_keys = min(m.attention_window, kv_len)
             window_share = m.windowed_layer_fraction * windowed / effective_kv
-        score_flops = 2.0 * b * heads * q_len * effective_kv * qk_dim
-        value_flops = 2.0 * b * heads * q_len * effective_kv * v_dim
+        scores = b * heads * q_len * effective_kv
+        score_flops = 2.0 * scores * qk_dim
+        value_flops = 2.0 * scores * v_dim
         qkv_bytes = ACT_BYTES * b * q_len * (heads * qk_dim + kv_heads * (qk_dim + v_dim))
         out_bytes = ACT_BYTES * b * q_len * heads * v_dim
         ring = deps
@@ -160,6 +162,7 @@ class _Builder:
             # Q, K, V and the fp32 log-sum-exp; the output O is saved once, as the out projection's input.
             saved = qkv_bytes + 4.0 * b * heads * q_len
             first = self.g.add(Op("core_attention", "attention", flops=(score_flops + value_flops) / max(1, s.cp),
+                                  exponentials=scores / max(1, s.cp),
                                   bytes_moved=qkv_bytes + out_bytes, saved_bytes=saved / max(1, s.cp),
                                   shape=(b * heads, q_len, kv_len, qk_dim, window_keys, window_share), deps=deps,
                                   precision="bf16"))
@@ -167,13 +170,14 @@ class _Builder:
                 return (first,)
             rest = self.g.add(Op("core_attention_ring", "attention",
                                  flops=(score_flops + value_flops) * (s.cp - 1) / s.cp,
+                                 exponentials=scores * (s.cp - 1) / s.cp,
                                  bytes_moved=(qkv_bytes + out_bytes) * (s.cp - 1), saved_bytes=saved * (s.cp - 1) / s.cp,
                                  shape=(b * heads, q_len, kv_len, qk_dim, window_keys, window_share), deps=(first, *ring),
                                  precision="bf16"))
             return (rest,)
         # Unfused attention (pre-FlashAttention Megatron): batched GEMMs plus softmax and dropout on the
         # full score matrix, whose activations are what selective recomputation avoids storing.
-        scores = b * heads * q_len * kv_len
+        scores = b * heads * q_len * kv_len  # the unfused kernels materialise the whole (masked) matrix
         qk = self.g.add(Op("attn_scores", "gemm", flops=2.0 * q_len * kv_len * qk_dim,
                            bytes_moved=qkv_bytes + ACT_BYTES * scores, saved_bytes=ACT_BYTES * b * q_len * heads * qk_dim * 2,
                            shape=(q_len, kv_len, qk_dim), count=b * heads, deps=ring, precision="bf16"))
@@ -268,7 +272,17 @@ def head_forward(model: ModelSpec, shard: Sharding) -> OpGraph:
     x = builder.norm("final_norm", ())
     x = builder.enter_tp("head", x)
     logits = builder.gemm("lm_head", shard.tokens, model.vocab // shard.tp, model.hidden, x, sp_input=True)
-    # fp32 softmax cross-entropy over the vocabulary shard: a memory-bound pass over the logits.
-    builder.memory("cross_entropy", shard.tokens * model.vocab / shard.tp, (logits,), passes=4.0,
-                   saved=2.0 * ACT_BYTES * shard.tokens * model.vocab / shard.tp)
+    # Softmax cross-entropy over the vocabulary shard is memory-bound; its traffic per logit depends
+    # on the implementation (bytes per logit, forward / backward):
+    # - fused (one kernel: online max and sum of exponentials, then the loss and the bf16 gradient,
+    #   written in the forward; TE / Megatron-Bridge default): two bf16 reads and a bf16 write
+    #   forward (6), a read and write to scale the gradient backward (4); keeps the bf16 gradient.
+    # - unfused (Megatron-LM's default: PyTorch ops on an fp32 copy): cast 6, max 4, subtract 8,
+    #   exp 8, sum 4, divide 8 forward (38); scale 8 and the cast back to bf16 6 backward (14);
+    #   keeps the fp32 probabilities.
+    logits_count = shard.tokens * model.vocab / shard.tp
+    forward, backward, kept = (6.0, 4.0, 2.0) if shard.fused_loss else (38.0, 14.0, 4.0)
+    builder.g.add(Op("cross_entropy", "memory", flops=5.0 * logits_count, bytes_moved=forward * logits_count,
+                     backward_bytes=backward * logits_count, saved_bytes=kept * logits_count, deps=(logits,),
+                     model_flops=False))
     return builder.g

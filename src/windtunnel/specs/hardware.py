@@ -28,7 +28,9 @@ class Link(BaseModel):
 
 
 class Chip(BaseModel):
-    """An accelerator: dense peak FLOP/s per precision, HBM capacity (bytes) and bandwidth (bytes/s)."""
+    """An accelerator: dense peak FLOP/s per precision, HBM capacity (bytes) and bandwidth (bytes/s),
+    and the softmax exponentials per second its special-function units evaluate (``exp_per_s``;
+    None where unpublished, and then attention is bounded by its FLOPs only)."""
 
     model_config = ConfigDict(extra="forbid")
     id: str = ""
@@ -40,6 +42,7 @@ class Chip(BaseModel):
     hbm_bandwidth: PositiveFloat
     scale_up: Link
     scale_out: Link
+    exp_per_s: PositiveFloat | None = None
     default_cluster: str
     sources: dict[str, str]
 

@@ -40,6 +40,7 @@ class TrainingJob:
     seq_len: int
     global_batch: int
     flash_attention: bool = True
+    fused_loss: bool = True
     moe_imbalance: float = 1.1
     grad_reduce_bytes: float = 4.0
     fitted_override: dict | None = None
@@ -116,7 +117,7 @@ class _StepBuilder:
         self.schedule = plan.pipeline_schedule
         self.micro_batches = job.global_batch // (plan.mbs * plan.dp)
         self.shard = Sharding(tp=plan.tp, sp=plan.sequence_parallel, cp=plan.cp, ep=plan.ep, micro_batch=plan.mbs,
-                              seq_len=job.seq_len, flash_attention=job.flash_attention,
+                              seq_len=job.seq_len, flash_attention=job.flash_attention, fused_loss=job.fused_loss,
                               moe_imbalance=job.moe_imbalance if plan.ep > 1 or model.moe else 1.0,
                               precision=plan.precision, dedup_dispatch=plan.dispatcher == "deepep",
                               dispatch_bytes=1.0 if plan.precision == "fp8" else ACT_BYTES)
@@ -543,6 +544,8 @@ def _assumptions(job: TrainingJob, builder: _StepBuilder) -> list[str]:
     out = [
         f"precision {plan.precision}: GEMMs at the chip's dense {plan.precision} peak; attention and activations in 16-bit",
         "attention: " + ("fused flash-style kernel" if job.flash_attention else "unfused (scores materialised)"),
+        "loss: " + ("fused cross-entropy kernel (bf16 logits, gradient written in the forward)" if job.fused_loss
+                    else "unfused fp32 cross-entropy (Megatron-LM default: ~52 bytes of HBM traffic per logit)"),
         f"pipeline schedule {builder.schedule}; layers split as evenly as possible over "
         f"{plan.pp * (2 if builder.schedule == 'dualpipe' else plan.vpp)} chunks",
         f"gradients reduced in {'fp32' if job.grad_reduce_bytes == 4 else '16-bit'}; ZeRO stage {plan.zero}; Adam with fp32 master weights",
