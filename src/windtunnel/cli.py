@@ -28,6 +28,7 @@ app.add_typer(infer_app, name="infer")
 validate_app.command("inference")(validate_inference_cmd)
 
 console = Console()
+UNFUSED_LOSS_HELP = "Unfused fp32 cross-entropy (Megatron-LM's default) instead of a fused kernel."
 
 
 def _emit_json(data: dict) -> None:
@@ -44,8 +45,7 @@ def train_simulate(
     plan: str = typer.Option("", help="Plan, e.g. tp=8,pp=16,cp=1,vpp=1,mbs=1,recompute=selective,sp=true,zero=1"),
     moe_imbalance: float = typer.Option(1.1, help="Tokens on the busiest expert rank / the balanced share."),
     no_flash: bool = typer.Option(False, "--no-flash", help="Unfused attention (scores materialised)."),
-    unfused_loss: bool = typer.Option(False, "--unfused-loss",
-                                      help="Unfused fp32 cross-entropy (Megatron-LM's default) instead of a fused kernel."),
+    unfused_loss: bool = typer.Option(False, "--unfused-loss", help=UNFUSED_LOSS_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     trace: Path | None = typer.Option(None, help="Write the simulated step as a Chrome trace (Perfetto)."),
 ) -> None:
@@ -114,6 +114,7 @@ def train_search(
     baseline: str | None = typer.Option(None, help="A plan to compare with (reports the gain)."),
     moe_imbalance: float = typer.Option(1.1, help="Tokens on the busiest expert rank / the balanced share."),
     no_flash: bool = typer.Option(False, "--no-flash", help="Unfused attention (scores materialised)."),
+    unfused_loss: bool = typer.Option(False, "--unfused-loss", help=UNFUSED_LOSS_HELP),
     backend: str = typer.Option("local", help="local (processes on this machine) or ray."),
     address: str | None = typer.Option(None, help="Ray cluster address ('auto' joins a running cluster)."),
     workers: int | None = typer.Option(None, help="Local processes (default: all cores)."),
@@ -141,7 +142,7 @@ def train_search(
     cluster = load_hardware(hardware, devices)
     cluster.chip.peak(precision)
     space = SearchSpace(spec, cluster, seq_len, global_batch, precision=precision, moe_imbalance=moe_imbalance,
-                        choices=_parse_pins(pin), flash_attention=not no_flash)
+                        choices=_parse_pins(pin), flash_attention=not no_flash, fused_loss=not unfused_loss)
     state_path = state or Path(f".windtunnel-search-{space.fingerprint()}.json")
     runner = make_backend(backend, address=address, workers=workers)
     show = not as_json and sys.stderr.isatty()

@@ -148,6 +148,7 @@ def screen_plan(space: SearchSpace, plan) -> float | None:
     level = plan.recompute + (f":{plan.recompute_layers}" if plan.recompute == "full" and plan.recompute_layers >= 0 else "")
     pinned = SearchSpace(space.model, space.cluster, space.seq_len, space.global_batch, precision=plan.precision,
                          moe_imbalance=space.moe_imbalance, flash_attention=space.flash_attention,
+                         fused_loss=space.fused_loss,
                          choices={"tp": [plan.tp], "pp": [plan.pp], "vpp": [plan.vpp], "cp": [plan.cp], "ep": [plan.ep],
                                   "mbs": [plan.mbs], "recompute": [level], "zero": [plan.zero],
                                   "sp": [plan.sequence_parallel], "tp_overlap": [plan.tp_overlap and plan.sequence_parallel],

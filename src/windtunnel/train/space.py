@@ -59,6 +59,7 @@ class SearchSpace:
     moe_imbalance: float = 1.1
     choices: dict[str, list] = field(default_factory=dict)
     flash_attention: bool = True
+    fused_loss: bool = True
 
     def __post_init__(self) -> None:
         model, cluster = self.model, self.cluster
@@ -113,7 +114,7 @@ class SearchSpace:
         """A hash of everything that defines the search (for --resume)."""
         doc = {"model": self.model.model_dump(), "cluster": self.cluster.model_dump(), "seq": self.seq_len,
                "batch": self.global_batch, "precision": self.precision, "imbalance": self.moe_imbalance,
-               "flash": self.flash_attention,
+               "flash": self.flash_attention, "fused_loss": self.fused_loss,
                "values": {k: [str(v) for v in vs] for k, vs in self.values.items()}}
         return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -229,7 +230,7 @@ def shard_job(space: SearchSpace, key: ShardKey) -> TrainingJob:
                 precision=space.precision, zero=1)
     return TrainingJob(model=space.model, cluster=cluster, plan=plan, seq_len=space.seq_len,
                        global_batch=key.mbs * dp, moe_imbalance=space.moe_imbalance,
-                       flash_attention=space.flash_attention)
+                       flash_attention=space.flash_attention, fused_loss=space.fused_loss)
 
 
 def cost_shard(space: SearchSpace, key: ShardKey) -> ShardCost:
@@ -505,7 +506,7 @@ def refine(space: SearchSpace, plan: Plan) -> TrainingResult:
     """The full event simulation of one candidate."""
     job = TrainingJob(model=space.model, cluster=space.cluster, plan=plan, seq_len=space.seq_len,
                       global_batch=space.global_batch, moe_imbalance=space.moe_imbalance,
-                      flash_attention=space.flash_attention)
+                      flash_attention=space.flash_attention, fused_loss=space.fused_loss)
     return simulate(job)
 
 
