@@ -3,13 +3,18 @@ failure-aware goodput in windtunnel.api). Registered in cli.py with ``app.add_ty
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import sys
+import typing
 from pathlib import Path
 
 import typer
 from rich.console import Console
 from rich.table import Table
+
+from windtunnel.avail.scenario import Scenario
 
 avail_app = typer.Typer(no_args_is_help=True, help="Sim2Availability: faults, checkpoints, recovery; availability "
                                                    "and ETTR (Markov model and step simulation).")
@@ -54,6 +59,41 @@ def _scenario(devices, hardware, devices_per_node, faults, policy, checkpoint_ev
                          hardware=hardware, rate_scale=rate_scale)
 
 
+# (name, type, option) of the options every scenario command shares, in the order --help lists them
+_SCENARIO_OPTIONS = (
+    ("devices", int, DEVICES), ("hardware", str | None, HARDWARE), ("devices_per_node", int | None, DEVICES_PER_NODE),
+    ("faults", str, FAULTS), ("policy", str, POLICY), ("checkpoint_every", str | None, CKPT_EVERY),
+    ("checkpoint_cost", str | None, CKPT_COST), ("checkpoint_async", bool | None, CKPT_ASYNC),
+    ("checkpoint_stall", str | None, CKPT_STALL), ("spares", int | None, SPARES), ("repair", str | None, REPAIR),
+    ("detect", str | None, DETECT), ("restart", str | None, RESTART), ("step_time", str, STEP_TIME),
+    ("horizon", str, HORIZON), ("rate_scale", float, RATE_SCALE),
+)
+
+
+def scenario_command(name: str):
+    """Register an ``avail`` command whose first parameter ``sc`` is the Scenario built from the shared
+    options: typer sees those options followed by the command's own, so each command states only its own."""
+
+    def register(fn):
+        own = [p for p in inspect.signature(fn).parameters.values() if p.name != "sc"]
+        shared = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind)
+                  for n, kind, option in _SCENARIO_OPTIONS]
+        hints = typing.get_type_hints(fn)
+
+        @functools.wraps(fn)
+        def command(**kwargs):
+            scenario = _scenario(*(kwargs.pop(n) for n, _, _ in _SCENARIO_OPTIONS))
+            return fn(scenario, **kwargs)
+
+        command.__signature__ = inspect.Signature(
+            [*shared, *(p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=hints[p.name]) for p in own)])
+        command.__annotations__ = {p.name: p.annotation for p in command.__signature__.parameters.values()}
+        del command.__wrapped__  # typer must read the signature above, not the wrapped function's
+        return avail_app.command(name)(command)
+
+    return register
+
+
 def _summary_table(title: str, data: dict) -> None:
     table = Table(title=title)
     table.add_column("metric")
@@ -76,14 +116,9 @@ def _summary_table(title: str, data: dict) -> None:
     console.print(table)
 
 
-@avail_app.command("simulate")
+@scenario_command("simulate")
 def simulate_cmd(
-    devices: int = DEVICES, hardware: str | None = HARDWARE, devices_per_node: int | None = DEVICES_PER_NODE,
-    faults: str = FAULTS, policy: str = POLICY, checkpoint_every: str | None = CKPT_EVERY,
-    checkpoint_cost: str | None = CKPT_COST, checkpoint_async: bool | None = CKPT_ASYNC,
-    checkpoint_stall: str | None = CKPT_STALL, spares: int | None = SPARES, repair: str | None = REPAIR,
-    detect: str | None = DETECT, restart: str | None = RESTART, step_time: str = STEP_TIME, horizon: str = HORIZON,
-    rate_scale: float = RATE_SCALE,
+    sc: Scenario,
     replications: int = typer.Option(1000, help="Independent replications (vectorised)."),
     seed: int = typer.Option(0, help="Random seed (same inputs and seed: byte-identical JSON)."),
     timeline: Path | None = typer.Option(None, help="Write replication 0's timeline (.csv or .json)."),
@@ -103,8 +138,6 @@ def simulate_cmd(
     from windtunnel.avail.units import parse_duration
     from windtunnel.specs.yamlio import write_atomic
 
-    sc = _scenario(devices, hardware, devices_per_node, faults, policy, checkpoint_every, checkpoint_cost,
-                   checkpoint_async, checkpoint_stall, spares, repair, detect, restart, step_time, horizon, rate_scale)
     want_tl = timeline is not None or plot is not None or not as_json
     res = simulate(sc, replications, seed, keep_timeline=want_tl)
     data = res.to_json_dict()
@@ -119,21 +152,16 @@ def simulate_cmd(
     if as_json:
         _emit_json(data)
         return
-    _summary_table(f"avail simulate: {devices} devices, {sc.profile_id}, {sc.policy.kind}, "
+    _summary_table(f"avail simulate: {sc.devices} devices, {sc.profile_id}, {sc.policy.kind}, "
                    f"{replications} replications", data)
     if tl is not None:
         sys.stdout.write("useful throughput of replication 0:\n" + timeline_text(tl, width=80, y_min=0.5))
     sys.stdout.write("".join(f"- {a}\n" for a in data["assumptions"]))
 
 
-@avail_app.command("markov")
+@scenario_command("markov")
 def markov_cmd(
-    devices: int = DEVICES, hardware: str | None = HARDWARE, devices_per_node: int | None = DEVICES_PER_NODE,
-    faults: str = FAULTS, policy: str = POLICY, checkpoint_every: str | None = CKPT_EVERY,
-    checkpoint_cost: str | None = CKPT_COST, checkpoint_async: bool | None = CKPT_ASYNC,
-    checkpoint_stall: str | None = CKPT_STALL, spares: int | None = SPARES, repair: str | None = REPAIR,
-    detect: str | None = DETECT, restart: str | None = RESTART, step_time: str = STEP_TIME, horizon: str = HORIZON,
-    rate_scale: float = RATE_SCALE,
+    sc: Scenario,
     phases: int | None = typer.Option(None, help="Erlang stages for detection and restart (default: exact for "
                                                  "exponential durations, extrapolated 16/32 for fixed ones)."),
     as_json: bool = AS_JSON,
@@ -141,23 +169,16 @@ def markov_cmd(
     """Continuous-time Markov chain over (nodes in repair, job phase), solved exactly (steady state)."""
     from windtunnel.avail.markov import solve_markov
 
-    sc = _scenario(devices, hardware, devices_per_node, faults, policy, checkpoint_every, checkpoint_cost,
-                   checkpoint_async, checkpoint_stall, spares, repair, detect, restart, step_time, horizon, rate_scale)
     data = solve_markov(sc, phases).to_json_dict(sc)
     if as_json:
         _emit_json(data)
         return
-    _summary_table(f"avail markov: {devices} devices, {sc.profile_id}, {sc.policy.kind} ({data['states']} states)", data)
+    _summary_table(f"avail markov: {sc.devices} devices, {sc.profile_id}, {sc.policy.kind} ({data['states']} states)", data)
 
 
-@avail_app.command("optimize")
+@scenario_command("optimize")
 def optimize_cmd(
-    devices: int = DEVICES, hardware: str | None = HARDWARE, devices_per_node: int | None = DEVICES_PER_NODE,
-    faults: str = FAULTS, policy: str = POLICY, checkpoint_every: str | None = CKPT_EVERY,
-    checkpoint_cost: str | None = CKPT_COST, checkpoint_async: bool | None = CKPT_ASYNC,
-    checkpoint_stall: str | None = CKPT_STALL, spares: int | None = SPARES, repair: str | None = REPAIR,
-    detect: str | None = DETECT, restart: str | None = RESTART, step_time: str = STEP_TIME, horizon: str = HORIZON,
-    rate_scale: float = RATE_SCALE,
+    sc: Scenario,
     knob: list[str] = typer.Option(["checkpoint-every"], help="checkpoint-every, spares, policy, or target "
                                                                 "(failure rates and recovery times reaching "
                                                                 "--target-availability). Repeatable."),
@@ -181,8 +202,6 @@ def optimize_cmd(
     bad = [k for k in knob if k not in knobs]
     if bad:
         raise WindtunnelError(f"Unknown knob '{bad[0]}' (field 'knob'); valid knobs: {choices_text(knobs)}.", field="knob")
-    sc = _scenario(devices, hardware, devices_per_node, faults, policy, checkpoint_every, checkpoint_cost,
-                   checkpoint_async, checkpoint_stall, spares, repair, detect, restart, step_time, horizon, rate_scale)
     out: dict = {"inputs": sc.inputs(), "assumptions": list(sc.assumptions)}
     for k in knob:
         if k == "checkpoint-every":
