@@ -43,7 +43,7 @@ from windtunnel.infer.units import parse_bool, parse_float, parse_int, parse_sec
 from windtunnel.specs.errors import WindtunnelError, choices_text
 from windtunnel.specs.hardware import Cluster, chip_names, cluster_names, load_hardware
 from windtunnel.specs.model import ModelSpec
-from windtunnel.specs.yamlio import catalog_dir, read_yaml
+from windtunnel.specs.yamlio import catalog_dir, read_mapping_file, read_yaml
 
 ROLES = ("mixed", "prefill", "decode")
 ROUTERS = ("round_robin", "least_tokens", "kv_aware")
@@ -235,14 +235,9 @@ def parse_deployment(spec: str | Path | dict | Deployment) -> Deployment:
     if isinstance(spec, dict):
         return _from_mapping(spec, "Deployment")
     text = str(spec).strip()
-    path = Path(text)
-    if path.suffix in (".yaml", ".yml"):
-        if not path.exists():
-            raise WindtunnelError(f"Deployment file not found: '{path}' (field 'deployment').", field="deployment")
-        doc = read_yaml(path)
-        if not isinstance(doc, dict):
-            raise WindtunnelError(f"Deployment file '{path}' must be a mapping with 'instances' (and 'router').",
-                                  field="deployment")
+    found = read_mapping_file(text, what="Deployment", field="deployment", expected="with 'instances' (and 'router')")
+    if found is not None:
+        doc, path = found
         return _from_mapping(doc, f"Deployment file '{path}'")
     groups: list[InstanceSpec] = []
     router = str(serving_defaults().get("router", "least_tokens"))

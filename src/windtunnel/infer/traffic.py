@@ -37,7 +37,7 @@ import numpy as np
 
 from windtunnel.infer.units import parse_bool, parse_float, parse_int, parse_seconds, split_top_level
 from windtunnel.specs.errors import WindtunnelError
-from windtunnel.specs.yamlio import read_yaml
+from windtunnel.specs.yamlio import read_mapping_file
 
 KINDS = ("poisson", "gamma", "trace", "closed")
 DISTRIBUTIONS = ("N / fixed(N)", "uniform(a,b)", "lognormal(mean,sigma)", "empirical(trace.csv)")
@@ -280,14 +280,9 @@ def parse_traffic(spec: str | Path | dict, *, seed: int = 0) -> Workload:
     if isinstance(spec, dict):
         return _from_mapping(spec, "Traffic", seed)
     text = str(spec).strip()
-    path = Path(text)
-    if path.suffix in (".yaml", ".yml"):
-        if not path.exists():
-            raise WindtunnelError(f"Traffic file not found: '{path}' (field 'traffic').", field="traffic")
-        doc = read_yaml(path)
-        if not isinstance(doc, dict):
-            raise WindtunnelError(f"Traffic file '{path}' must be a mapping (classes, phases, arrival, ...).",
-                                  field="traffic")
+    found = read_mapping_file(text, what="Traffic", field="traffic", expected="(classes, phases, arrival, ...)")
+    if found is not None:
+        doc, path = found
         return _from_mapping(doc, f"Traffic file '{path}'", seed, base=path.parent)
     if ":" not in text:
         raise _traffic_error(text, "no kind given (write KIND:key=value,...)")

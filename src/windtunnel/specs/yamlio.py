@@ -44,6 +44,21 @@ def read_yaml(path: str | Path) -> Any:
         ) from exc
 
 
+def read_mapping_file(text: str, *, what: str, field: str, expected: str) -> tuple[dict, Path] | None:
+    """If ``text`` names a .yaml/.yml file, its mapping and path; None when it is not a YAML path (the
+    caller parses its string form). A missing file or a document that is not a mapping is a clear
+    error naming ``field``; ``expected`` says what the mapping should hold."""
+    path = Path(text)
+    if path.suffix not in (".yaml", ".yml"):
+        return None
+    if not path.exists():
+        raise WindtunnelError(f"{what} file not found: '{path}' (field '{field}').", field=field)
+    doc = read_yaml(path)
+    if not isinstance(doc, dict):
+        raise WindtunnelError(f"{what} file '{path}' must be a mapping {expected}.", field=field)
+    return doc, path
+
+
 def read_json(path: str | Path) -> Any:
     """Load a JSON file; malformed files raise a WindtunnelError naming the line."""
     path = Path(path)
