@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -201,7 +202,7 @@ def _attention_op(head_dim: int, phase: str = "fwd"):
     scores = heads * seq * seq / 2
     op = Op("core_attention", "attention", flops=4.0 * scores * head_dim, exponentials=scores,
             bytes_moved=1e6, shape=(heads, seq, seq, head_dim))
-    return op if phase == "fwd" else Op(**{**op.__dict__, "flops": op.flops * 2.5, "phase": "bwd"})
+    return op if phase == "fwd" else dataclasses.replace(op, flops=op.flops * 2.5, phase="bwd")
 
 
 def test_special_function_units_bound_small_head_attention_on_blackwell():

@@ -165,8 +165,8 @@ def sample_events(scenario: Scenario, reps: int, rng: np.random.Generator) -> Ev
         reps=reps, horizon=H, warmup=W, span=span, rep=rep[job], t=t[job], comp=comp[job], nodes_out=nodes[job],
         planned=planned_c[comp[job]] if len(planned_c) else np.zeros(n_job, dtype=bool),
         k_after=k_after[job], dep_pos=dep_pos[job], e_det=e_det, e_rst=e_rst, dep_key=dep_key, arr_key=arr_key,
-        arr_nodes=arr_nodes, queue_key=queue_key, queue_in_repair=queue_in_repair, slow_rep=cat(parts_rep, np.int64), slow_start=cat(parts_s, float),
-        slow_end=cat(parts_e, float), slow_class=cat(parts_c, np.int64), slow_weights=weights, slow_factors=factors)
+        arr_nodes=arr_nodes, queue_key=queue_key, queue_in_repair=queue_in_repair, slow_rep=cat(parts_rep, np.int64),
+        slow_start=cat(parts_s, float), slow_end=cat(parts_e, float), slow_class=cat(parts_c, np.int64), slow_weights=weights, slow_factors=factors)
 
 
 class _Inserter:

@@ -177,13 +177,13 @@ class _Builder:
             return (rest,)
         # Unfused attention (pre-FlashAttention Megatron): batched GEMMs plus softmax and dropout on the
         # full score matrix, whose activations are what selective recomputation avoids storing.
-        scores = b * heads * q_len * kv_len  # the unfused kernels materialise the whole (masked) matrix
+        matrix = b * heads * q_len * kv_len  # the unfused kernels materialise the whole (masked) matrix
         qk = self.g.add(Op("attn_scores", "gemm", flops=2.0 * q_len * kv_len * qk_dim,
-                           bytes_moved=qkv_bytes + ACT_BYTES * scores, saved_bytes=ACT_BYTES * b * q_len * heads * qk_dim * 2,
+                           bytes_moved=qkv_bytes + ACT_BYTES * matrix, saved_bytes=ACT_BYTES * b * q_len * heads * qk_dim * 2,
                            shape=(q_len, kv_len, qk_dim), count=b * heads, deps=ring, precision="bf16"))
-        softmax = self.memory("attn_softmax", scores, (qk,), passes=2.0, saved=ACT_BYTES * scores)
-        dropout = self.memory("attn_dropout", scores, (softmax,), passes=2.5, saved=1.5 * ACT_BYTES * scores)
-        pv = self.g.add(Op("attn_values", "gemm", flops=2.0 * q_len * kv_len * v_dim, bytes_moved=ACT_BYTES * scores + out_bytes,
+        softmax = self.memory("attn_softmax", matrix, (qk,), passes=2.0, saved=ACT_BYTES * matrix)
+        dropout = self.memory("attn_dropout", matrix, (softmax,), passes=2.5, saved=1.5 * ACT_BYTES * matrix)
+        pv = self.g.add(Op("attn_values", "gemm", flops=2.0 * q_len * kv_len * v_dim, bytes_moved=ACT_BYTES * matrix + out_bytes,
                            saved_bytes=ACT_BYTES * b * q_len * heads * v_dim, shape=(q_len, v_dim, kv_len),
                            count=b * heads, deps=(dropout,), precision="bf16"))
         return (pv,)
