@@ -57,6 +57,8 @@ class Efficiency:
     half_message_bytes: float
     optimizer_bytes_per_param: float
     tree_bandwidth_factor: float = 0.5
+    host_op_s: float = 0.0
+    host_library_call_s: float = 0.0
     sources: tuple[str, ...] = ()
 
     def gemm_efficiency(self, precision: str) -> float:
@@ -94,4 +96,6 @@ def efficiency_for(chip: Chip, fitted_override: dict | None = None) -> Efficienc
         half_message_bytes=float(comm["half_message_bytes"]),
         tree_bandwidth_factor=float(comm.get("tree_bandwidth_factor", 0.5)),
         optimizer_bytes_per_param=float(p["optimizer"]["bytes_per_param"]),
+        host_op_s=float((p.get("host") or {}).get("op_s", 0.0)),
+        host_library_call_s=float((p.get("host") or {}).get("library_call_s", 0.0)),
     )

@@ -17,8 +17,12 @@ from windtunnel.engine.core import Timeline
 
 
 def attribute(timeline: Timeline, *, primary: str | tuple[str, ...], others: tuple[str, ...],
-              until: float | None = None, idle_label: str = "idle", tasks: list[int] | None = None) -> dict[str, float]:
+              until: float | None = None, idle_label: str = "idle", tasks: list[int] | None = None,
+              background: tuple[str, ...] = ()) -> dict[str, float]:
     """Seconds per category over [0, until] for the device whose compute stream(s) are ``primary``.
+
+    ``background`` streams (the host issuing kernels) claim only idle time that no stream in
+    ``others`` covers: a device waiting for the host's next launch, not for a transfer.
 
     ``tasks`` optionally restricts the scan to these task ids (e.g. one device's), for speed.
     Compute streams listed in ``primary`` must not overlap each other (they share the device).
@@ -29,7 +33,7 @@ def attribute(timeline: Timeline, *, primary: str | tuple[str, ...], others: tup
     totals: dict[str, float] = defaultdict(float)
     compute: list[tuple[float, float]] = []
     comm: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
-    wanted = set(others)
+    wanted = set(others) | set(background)
     for task in candidates:
         stream = timeline.streams[task]
         start, end = timeline.start[task], min(timeline.end[task], horizon)
@@ -48,11 +52,12 @@ def attribute(timeline: Timeline, *, primary: str | tuple[str, ...], others: tup
         elif stream in wanted:
             comm[stream].append((start, end, timeline.categories[task]))
     # Idle compute time, split among whatever communication runs then.
-    streams = sorted(comm)
+    streams = sorted(stream for stream in comm if stream not in background)
+    behind = sorted(stream for stream in comm if stream in background)
     boundaries = [0.0, horizon]
     for start, end in compute:
         boundaries += [start, end]
-    for stream in streams:
+    for stream in streams + behind:
         for start, end, _ in comm[stream]:
             boundaries += [start, end]
     edges = np.unique(np.clip(np.asarray(boundaries), 0.0, horizon))
@@ -64,19 +69,29 @@ def attribute(timeline: Timeline, *, primary: str | tuple[str, ...], others: tup
     active = [_covered(middles, [(s, e) for s, e, _ in comm[stream]]) for stream in streams]
     count = np.sum(active, axis=0) if active else np.zeros(len(middles))
     for stream, covered in zip(streams, active, strict=True):
-        share = np.where(idle & covered, lengths / np.maximum(count, 1), 0.0)
-        if share.any():
-            # Categories inside one stream follow its tasks: sum each task's segments.
-            cumulative = np.concatenate([[0.0], np.cumsum(share)])
-            for start, end, category in comm[stream]:
-                lo, hi = np.searchsorted(middles, [start, end])
-                value = float(cumulative[hi] - cumulative[lo])
-                if value:
-                    totals[category] += value
-    bubble = float(lengths[idle & (count == 0)].sum())
+        _add_by_task(totals, middles, np.where(idle & covered, lengths / np.maximum(count, 1), 0.0), comm[stream])
+    waiting = idle & (count == 0)
+    for stream in behind:
+        covered = _covered(middles, [(s, e) for s, e, _ in comm[stream]])
+        _add_by_task(totals, middles, np.where(waiting & covered, lengths, 0.0), comm[stream])
+        waiting &= ~covered
+    bubble = float(lengths[waiting].sum())
     if bubble:
         totals[idle_label] += bubble
     return dict(totals)
+
+
+def _add_by_task(totals: dict[str, float], middles: np.ndarray, share: np.ndarray,
+                 tasks: list[tuple[float, float, str]]) -> None:
+    """Add each segment's ``share`` of seconds to the category of the stream task covering it."""
+    if not share.any():
+        return
+    cumulative = np.concatenate([[0.0], np.cumsum(share)])
+    for start, end, category in tasks:
+        lo, hi = np.searchsorted(middles, [start, end])
+        value = float(cumulative[hi] - cumulative[lo])
+        if value:
+            totals[category] += value
 
 
 def _covered(points: np.ndarray, intervals: list[tuple[float, float]]) -> np.ndarray:

@@ -35,6 +35,13 @@ class Op:
         special-function units, whose throughput can bound the kernel instead of the tensor cores.
     backward_bytes: for a memory-bound op, the HBM traffic of its backward when it is not twice the
         forward's (e.g. a loss whose forward already wrote the gradient).
+    host_ops: the host (CPU) work to issue this operator (all ``count`` instances together), in
+        units of one eager framework operation (Python, dispatcher and kernel launch); a kernel
+        cannot start before the host has issued it.
+    library_calls: for a grouped GEMM run as one library GEMM per expert, those per-expert calls;
+        each costs the host a library call's setup and launch.
+    host_sync: the host needs a value this operator's inputs computed (e.g. MoE token counts) before
+        it can issue the operator, so it waits until the device has finished those inputs.
     """
 
     name: str
@@ -53,6 +60,9 @@ class Op:
     fanout: int = 1
     exponentials: float = 0.0
     backward_bytes: float | None = None
+    host_ops: float = 1.0
+    library_calls: int = 0
+    host_sync: bool = False
 
     @property
     def is_comm(self) -> bool:
@@ -113,7 +123,8 @@ def backward_of(forward: OpGraph, *, comm_swap: dict[str, str] | None = None) ->
     for index in range(n - 1, -1, -1):
         op = forward.ops[index]
         deps = tuple(sorted(new_index[u] for u in users[index]))
-        base = dict(deps=deps, phase="bwd", saved_bytes=0.0)
+        # The backward knows every size from its forward, so it never waits for the device.
+        base = dict(deps=deps, phase="bwd", saved_bytes=0.0, host_sync=False)
         if op.kind == "gemm":
             m, nn, k = op.shape
             # The data gradient is what the previous operator waits for; the weight gradient only

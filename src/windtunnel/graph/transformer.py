@@ -15,6 +15,10 @@ from windtunnel.graph.ops import Op, OpGraph
 from windtunnel.specs.model import ModelSpec
 
 ACT_BYTES = 2  # bf16/fp16 activations
+# Host (CPU) work to issue an operator, in eager framework ops (see Op.host_ops). A Transformer
+# Engine module call costs the host ~2.7x a plain PyTorch op: one Linear forward measured 99.7 vs
+# 37.1 us of CPU time on GB200 and 90.5 vs 33.2 us on GH200 (TransformerEngine issue #2053).
+TE_MODULE_HOST_OPS = 2.7
 
 
 @dataclass(frozen=True)
@@ -53,7 +57,8 @@ class _Builder:
 
     # -- helpers -------------------------------------------------------------------------------
     def gemm(self, name: str, m: int, n: int, k: int, deps: tuple[int, ...], *, saved: float | None = None,
-             count: int = 1, model_flops: bool = True, sp_input: bool = False) -> int:
+             count: int = 1, model_flops: bool = True, sp_input: bool = False, host_sync: bool = False,
+             host_ops: float | None = None) -> int:
         # Traffic: read A (m x k) and B (k x n), write C (m x n), 16-bit operands.
         moved = ACT_BYTES * (m * k + k * n + m * n)
         saved_bytes = ACT_BYTES * m * k * count if saved is None else saved
@@ -62,18 +67,26 @@ class _Builder:
             saved_bytes /= 2
         if sp_input and self.s.sp and self.s.tp > 1:
             saved_bytes /= self.s.tp
+        # Linear layers are Transformer Engine modules; FP8 adds the op that quantises the input. A
+        # grouped GEMM runs one library GEMM per expert (TE's GroupedLinear loops over cuBLASLt
+        # calls on 4 streams), each a host-side library call.
+        if host_ops is None:
+            host_ops = TE_MODULE_HOST_OPS + (1.0 if self.s.precision == "fp8" else 0.0)
         return self.g.add(Op(name, "gemm", flops=2.0 * m * n * k, bytes_moved=moved, saved_bytes=saved_bytes,
                              shape=(m, n, k), deps=deps, count=count, model_flops=model_flops,
-                             precision=self.s.precision))
+                             precision=self.s.precision, host_ops=host_ops, library_calls=count if count > 1 else 0,
+                             host_sync=host_sync))
 
     def memory(self, name: str, elements: float, deps: tuple[int, ...], *, passes: float = 2.0,
-               saved: float = 0.0, flops_per_element: float = 1.0) -> int:
+               saved: float = 0.0, flops_per_element: float = 1.0, host_ops: float = 1.0) -> int:
         return self.g.add(Op(name, "memory", flops=flops_per_element * elements,
                              bytes_moved=passes * ACT_BYTES * elements, saved_bytes=saved, deps=deps,
-                             model_flops=False))
+                             model_flops=False, host_ops=host_ops))
 
-    def comm(self, name: str, kind: str, group: str, message_bytes: float, deps: tuple[int, ...], fanout: int = 1) -> int:
-        return self.g.add(Op(name, kind, stream=group, bytes_moved=message_bytes, group=group, deps=deps, fanout=fanout))
+    def comm(self, name: str, kind: str, group: str, message_bytes: float, deps: tuple[int, ...], fanout: int = 1,
+             host_sync: bool = False) -> int:
+        return self.g.add(Op(name, kind, stream=group, bytes_moved=message_bytes, group=group, deps=deps, fanout=fanout,
+                             host_sync=host_sync))
 
     # -- TP boundaries -------------------------------------------------------------------------
     def enter_tp(self, name: str, deps: tuple[int, ...]) -> tuple[int, ...]:
@@ -165,7 +178,7 @@ class _Builder:
                                   exponentials=scores / max(1, s.cp),
                                   bytes_moved=qkv_bytes + out_bytes, saved_bytes=saved / max(1, s.cp),
                                   shape=(b * heads, q_len, kv_len, qk_dim, window_keys, window_share), deps=deps,
-                                  precision="bf16"))
+                                  precision="bf16", host_ops=TE_MODULE_HOST_OPS))
             if s.cp == 1:
                 return (first,)
             rest = self.g.add(Op("core_attention_ring", "attention",
@@ -190,11 +203,12 @@ class _Builder:
 
     # -- feed-forward --------------------------------------------------------------------------
     def mlp_ops(self, prefix: str, tokens: int, width: int, deps: tuple[int, ...], count: int = 1,
-                sp_input: bool = False) -> int:
+                sp_input: bool = False, host_sync: bool = False) -> int:
         """Up (and gate) projection, activation, down projection: returns the down projection's index."""
         m = self.model
         up_width = 2 * width if m.activation == "swiglu" else width
-        up = self.gemm(prefix + ".up_proj", tokens, up_width, m.hidden, deps, count=count, sp_input=sp_input)
+        up = self.gemm(prefix + ".up_proj", tokens, up_width, m.hidden, deps, count=count, sp_input=sp_input,
+                       host_sync=host_sync)
         act_saved = ACT_BYTES * tokens * up_width * count
         act = self.memory(prefix + ".act", tokens * up_width * count, (up,), passes=1.5, saved=act_saved)
         return self.gemm(prefix + ".down_proj", tokens, m.hidden, width, (act,), count=count)
@@ -213,13 +227,19 @@ class _Builder:
         moe = m.moe
         x = self.norm("moe_norm", x)
         tokens = s.sp_tokens  # Megatron's all-to-all dispatcher routes the SP-sharded tokens
-        router = self.gemm("router", tokens, moe.experts, m.hidden, x)
-        # The router's top-k/softmax is small; the permutation copies every routed token.
-        permute = self.memory("permute", tokens * moe.topk * m.hidden, (router,), passes=2.0, saved=0.0)
+        # The router is a plain PyTorch linear plus its (fused) top-k/softmax and the probabilities;
+        # the permutation copies every routed token (fused kernels: row-id map, then the copy).
+        router = self.gemm("router", tokens, moe.experts, m.hidden, x, host_ops=3.0)
+        permute = self.memory("permute", tokens * moe.topk * m.hidden, (router,), passes=2.0, saved=0.0,
+                              host_ops=2.0)
         routed_tokens = tokens * moe.topk
         sent = s.dispatch_bytes * routed_tokens * m.hidden
         fanout = moe.topk if s.dedup_dispatch else 1
-        dispatch = self.comm("dispatch", "all_to_all", "ep", sent, (permute,), fanout) if s.ep > 1 else permute
+        # Dropless routing sizes the all-to-all and the per-expert GEMMs with token counts the host
+        # must read back from the device (Megatron's dispatchers copy tokens_per_expert and the
+        # all-to-all splits to the CPU), so the host waits for the router there.
+        dispatch = (self.comm("dispatch", "all_to_all", "ep", sent, (permute,), fanout, host_sync=True)
+                    if s.ep > 1 else permute)
         local_experts = moe.experts // s.ep
         # Balanced routing sends tokens*topk tokens to this rank's experts on average; the busiest
         # rank of the EP group sets the pace, hence the imbalance factor.
@@ -230,7 +250,8 @@ class _Builder:
             # Tokens arrive grouped by source rank; they are regrouped by local expert before the
             # grouped GEMM, and back before the combine (Megatron's sort_chunks_by_idxs).
             expert_input = (self.memory("sort_by_expert", received * m.hidden, (dispatch,), passes=2.0),)
-        down = self.mlp_ops("experts", per_expert, moe.ffn_hidden, expert_input, count=local_experts)
+        down = self.mlp_ops("experts", per_expert, moe.ffn_hidden, expert_input, count=local_experts,
+                            host_sync=s.ep == 1)
         if s.ep > 1 and local_experts > 1:
             down = self.memory("unsort_by_expert", received * m.hidden, (down,), passes=2.0)
         combine = (self.comm("combine", "all_to_all", "ep", ACT_BYTES * routed_tokens * m.hidden, (down,), fanout)
@@ -271,7 +292,8 @@ def head_forward(model: ModelSpec, shard: Sharding) -> OpGraph:
     builder = _Builder(model, shard)
     x = builder.norm("final_norm", ())
     x = builder.enter_tp("head", x)
-    logits = builder.gemm("lm_head", shard.tokens, model.vocab // shard.tp, model.hidden, x, sp_input=True)
+    logits = builder.gemm("lm_head", shard.tokens, model.vocab // shard.tp, model.hidden, x, sp_input=True,
+                          host_ops=1.0)
     # Softmax cross-entropy over the vocabulary shard is memory-bound; its traffic per logit depends
     # on the implementation (bytes per logit, forward / backward):
     # - fused (one kernel: online max and sum of exponentials, then the loss and the bf16 gradient,
@@ -284,5 +306,5 @@ def head_forward(model: ModelSpec, shard: Sharding) -> OpGraph:
     forward, backward, kept = (6.0, 4.0, 2.0) if shard.fused_loss else (38.0, 14.0, 4.0)
     builder.g.add(Op("cross_entropy", "memory", flops=5.0 * logits_count, bytes_moved=forward * logits_count,
                      backward_bytes=backward * logits_count, saved_bytes=kept * logits_count, deps=(logits,),
-                     model_flops=False))
+                     model_flops=False, host_ops=1.0 if shard.fused_loss else 6.0))
     return builder.g

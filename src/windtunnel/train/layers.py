@@ -38,6 +38,8 @@ def selective_ops(forward: OpGraph) -> tuple[str, ...]:
 COMM_STREAMS = ("tp", "cp", "ep", "dp")
 CATEGORY_OF_STREAM = {"tp": "tp_comm", "cp": "cp_comm", "ep": "ep_comm", "dp": "dp_comm", "pp": "pp_comm"}
 TP_OVERLAP_CHUNKS = 4
+# One host (CPU) thread issues a rank's kernels in program order.
+HOST_STREAM = "host"
 
 
 @dataclass
@@ -98,6 +100,17 @@ class LayerCoster:
                         pieces[user] = TP_OVERLAP_CHUNKS
         return pieces
 
+    def _issue(self, engine: Engine, op: Op, stream: str, inputs: list[int]) -> int | None:
+        """Submit the host's work to issue ``op`` (its framework ops and launches) on the host stream; returns the
+        task the device work waits for, or None when host time is not modelled. The host runs ahead
+        of the device, except where it must read a value the device computes (``host_sync``): then
+        it waits for the op's inputs and the device idles until the next launches arrive."""
+        eff = self.eff
+        seconds = op.host_ops * eff.host_op_s + op.library_calls * eff.host_library_call_s
+        if seconds <= 0:
+            return None
+        return engine.task(op.name + ".issue", stream, seconds, inputs if op.host_sync else (), category="host_overhead")
+
     def play(self, graphs: list[OpGraph], *, concurrent: bool = False, zero3_gather: float = 0.0) -> Played:
         """Play DAGs on one rank's streams. Sequential by default (each graph after the previous one);
         ``concurrent`` gives each graph its own streams that share the device's compute and links,
@@ -120,13 +133,15 @@ class LayerCoster:
                 for base in ("compute", *COMM_STREAMS):
                     engine.share(base, base, base + suffix)
             pieces = self._pieces(graph)
+            host_stream = HOST_STREAM + suffix
             for oi, op in enumerate(graph.ops):
                 count = pieces[oi]
                 duration = self.op_time(op) / count
                 stream = op.stream + suffix
+                issued = self._issue(engine, op, host_stream, [t for dep in op.deps for t in task_of[(gi, dep)]])
                 tasks = []
                 for piece in range(count):
-                    deps: list[int] = []
+                    deps: list[int] = [] if issued is None else [issued]
                     for dep in op.deps:
                         producer = task_of[(gi, dep)]
                         deps.append(producer[min(piece, len(producer) - 1)] if len(producer) == count else producer[-1])
@@ -145,7 +160,8 @@ class LayerCoster:
             previous_sinks = tuple(task_of[(gi, i)][-1] for i in graph.sinks())
         timeline = engine.run()
         streams = tuple(f"{base}.{gi}" for base in COMM_STREAMS for gi in range(1, len(graphs)))
-        parts = attribute(timeline, primary=tuple(primaries), others=COMM_STREAMS + streams)
+        hosts = (HOST_STREAM,) + tuple(f"{HOST_STREAM}.{gi}" for gi in range(1, len(graphs)))
+        parts = attribute(timeline, primary=tuple(primaries), others=COMM_STREAMS + streams, background=hosts)
         parts.pop("idle", None)
         return Played(timeline.makespan, parts, flops, model_flops)
 

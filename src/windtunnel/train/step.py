@@ -552,6 +552,9 @@ def _assumptions(job: TrainingJob, builder: _StepBuilder) -> list[str]:
         "memory: 16-bit weights, fp32 main gradients, 12 bytes/param optimizer state; 2 GiB framework reserve; "
         "5% allocator fragmentation on activations",
         "efficiencies from catalog/efficiency.yaml merged with catalog/calibration.yaml",
+        f"host issues kernels eagerly (no CUDA graphs): {builder.eff.host_op_s * 1e6:.1f} us per framework op, "
+        f"{builder.eff.host_library_call_s * 1e6:.0f} us per per-expert GEMM call"
+        + ("; it waits for MoE token counts before the dispatch" if model.moe else ""),
     ]
     if model.moe:
         out.append(f"MoE load imbalance factor {job.moe_imbalance:.2f} on the busiest expert rank")

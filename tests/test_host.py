@@ -1,0 +1,104 @@
+"""The host (CPU) issue stream: kernels wait for their launch, and MoE token counts make the host wait."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from windtunnel import load_hardware, load_model
+from windtunnel.cost.efficiency import efficiency_for
+from windtunnel.engine.attribution import attribute
+from windtunnel.engine.core import Engine
+from windtunnel.graph.ops import Op, OpGraph, backward_of
+from windtunnel.graph.transformer import Sharding, layer_forward
+from windtunnel.specs.plan import parse_plan
+from windtunnel.train.layers import LayerCoster
+from windtunnel.train.placement import place_plan
+from windtunnel.train.step import TrainingJob, simulate
+
+HOST_OP_S = 20e-6
+
+
+def _coster(host_op_s: float) -> LayerCoster:
+    cluster = load_hardware("h100-sxm", 8)
+    eff = dataclasses.replace(efficiency_for(cluster.chip), host_op_s=host_op_s, host_library_call_s=0.0)
+    return LayerCoster(cluster, place_plan(parse_plan("tp=1,pp=1"), cluster), eff, "bf16", tp_overlap=False)
+
+
+def _two_ops(sync: bool) -> OpGraph:
+    """A long memory-bound kernel, then one whose issue takes 50 host ops (1 ms at 20 us)."""
+    graph = OpGraph()
+    first = graph.add(Op("long", "memory", bytes_moved=4e9))
+    graph.add(Op("after", "memory", bytes_moved=1e6, deps=(first,), host_ops=50.0, host_sync=sync))
+    return graph
+
+
+def test_host_runs_ahead_unless_it_must_read_a_device_value():
+    coster = _coster(HOST_OP_S)
+    long_time = coster.op_time(_two_ops(False).ops[0])
+    after_time = coster.op_time(_two_ops(False).ops[1])
+    issue = 50 * HOST_OP_S
+    ahead = coster.play([_two_ops(False)])
+    synced = coster.play([_two_ops(True)])
+    # Ahead: the second kernel's long issue hides under the first kernel.
+    assert ahead.time == pytest.approx(HOST_OP_S + long_time + after_time)
+    assert ahead.parts["host_overhead"] == pytest.approx(HOST_OP_S)
+    # Synced: the host waits for the first kernel, so the device idles for the whole issue.
+    assert synced.time == pytest.approx(HOST_OP_S + long_time + issue + after_time)
+    assert synced.parts["host_overhead"] == pytest.approx(HOST_OP_S + issue)
+    assert sum(synced.parts.values()) == pytest.approx(synced.time)
+
+
+def test_no_host_cost_means_no_host_tasks():
+    played = _coster(0.0).play([_two_ops(True)])
+    assert "host_overhead" not in played.parts
+
+
+def test_waiting_for_a_transfer_is_communication_not_host():
+    engine = Engine()
+    engine.task("issue", "host", 3.0, category="host_overhead")
+    engine.task("a2a", "ep", 2.0, category="ep_comm")
+    engine.task("gemm", "compute", 1.0, (0, 1), category="compute")
+    parts = attribute(engine.run(), primary="compute", others=("ep",), background=("host",))
+    # The device idles 3 s: 2 s while the all-to-all runs, 1 s waiting only for the host.
+    assert parts == pytest.approx({"ep_comm": 2.0, "host_overhead": 1.0, "compute": 1.0})
+
+
+def test_backward_never_waits_for_the_device():
+    model = load_model("qwen3-30b-a3b")
+    forward = layer_forward(model, Sharding(ep=8, micro_batch=1, seq_len=4096), moe=True)
+    assert any(op.host_sync for op in forward.ops)
+    assert not any(op.host_sync for op in backward_of(forward).ops)
+
+
+def test_grouped_gemm_issues_one_library_call_per_local_expert():
+    model = load_model("qwen3-30b-a3b")
+    forward = layer_forward(model, Sharding(ep=8, micro_batch=1, seq_len=4096), moe=True)
+    up = next(op for op in forward.ops if op.name == "experts.up_proj")
+    assert up.library_calls == model.moe.experts // 8
+    assert next(op for op in forward.ops if op.name == "qkv_proj").library_calls == 0
+
+
+def _moe_step(host_op_s: float | None, mbs: int = 1):
+    cluster = load_hardware("b200", 8)
+    override = None if host_op_s is None else {"chips": {"b200": {"host": {"op_s": host_op_s}}}}
+    job = TrainingJob(model=load_model("qwen3-30b-a3b"), cluster=cluster,
+                      plan=parse_plan(f"tp=1,pp=1,ep=8,mbs={mbs},recompute=none,zero=1,precision=fp8"),
+                      seq_len=4096, global_batch=64, moe_imbalance=1.0, fitted_override=override)
+    return simulate(job)
+
+
+def test_more_host_cost_never_speeds_up_a_step():
+    times = [_moe_step(cost).step_time_s for cost in (1e-6, 13.5e-6, 40e-6, 100e-6)]
+    assert times == sorted(times)
+    assert times[-1] > times[0]
+
+
+def test_small_micro_batches_of_many_small_experts_are_host_bound():
+    small, large = _moe_step(None, mbs=1), _moe_step(None, mbs=4)
+    share = {name: r.breakdown.get("host_overhead", 0.0) / r.step_time_s for name, r in (("small", small), ("large", large))}
+    # 16 local experts x 256 tokens each: per-expert library calls outrun the tiny GEMMs.
+    assert share["small"] > 0.2
+    # Four times the tokens per launch: the host falls behind less often.
+    assert share["large"] < share["small"] / 2
