@@ -102,3 +102,48 @@ def test_small_micro_batches_of_many_small_experts_are_host_bound():
     assert share["small"] > 0.2
     # Four times the tokens per launch: the host falls behind less often.
     assert share["large"] < share["small"] / 2
+
+
+def _graphed_step(mode: str):
+    cluster = load_hardware("b200", 8)
+    job = TrainingJob(model=load_model("qwen3-30b-a3b"), cluster=cluster,
+                      plan=parse_plan(f"tp=1,pp=1,ep=8,mbs=1,recompute=none,zero=1,precision=fp8,cuda_graphs={mode}"),
+                      seq_len=4096, global_batch=64, moe_imbalance=1.0)
+    return simulate(job)
+
+
+def test_cuda_graphs_cut_host_time_in_order():
+    none, modules, full = (_graphed_step(mode) for mode in ("none", "modules", "full"))
+    assert none.step_time_s > modules.step_time_s > full.step_time_s
+    assert none.breakdown["host_overhead"] > modules.breakdown["host_overhead"]
+    assert "host_overhead" not in full.breakdown
+    assert any("CUDA-graphed attention" in line for line in modules.assumptions)
+
+
+def test_module_capture_costs_one_launch_per_region_and_keeps_expert_calls():
+    model = load_model("qwen3-30b-a3b")
+    eager = layer_forward(model, Sharding(ep=8, seq_len=4096), moe=True)
+    graphed = layer_forward(model, Sharding(ep=8, seq_len=4096, cuda_graphs="modules"), moe=True)
+    host = {op.name: op.host_ops for op in graphed.ops}
+    assert host["attn_norm"] == 1.0 and host["qkv_proj"] == 0.0 and host["core_attention"] == 0.0
+    assert host["router"] == 1.0 and host["permute"] == 0.0
+    # Token dispatch and the expert GEMMs stay eager (they cannot be captured with dropless routing).
+    up = next(op for op in graphed.ops if op.name == "experts.up_proj")
+    assert up.library_calls == model.moe.experts // 8
+    assert next(op for op in graphed.ops if op.name == "dispatch").host_sync
+    assert sum(op.host_ops for op in graphed.ops) < sum(op.host_ops for op in eager.ops)
+
+
+@pytest.mark.parametrize("text", ["cuda_graphs=modules", "graphs=full", "cuda-graphs=NONE"])
+def test_cuda_graphs_plan_field_parses_and_round_trips(text):
+    plan = parse_plan("tp=1,pp=1," + text)
+    assert plan.cuda_graphs == text.split("=")[1].lower()
+    assert parse_plan(plan.to_string()).to_string() == plan.to_string()
+
+
+def test_unknown_cuda_graphs_mode_is_a_clear_error(cli):
+    from conftest import assert_one_clear_error
+
+    proc = cli("train", "simulate", "--model", "llama3-8b", "--hardware", "h100-sxm", "--devices", "8",
+               "--global-batch", "8", "--plan", "tp=1,pp=1,cuda_graphs=partial")
+    assert_one_clear_error(proc, "cuda_graphs", "partial")

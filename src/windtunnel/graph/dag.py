@@ -19,7 +19,9 @@ layer:
 
 Units: FLOPs, bytes, tokens. ``kind`` is gemm (m, n, k, optional count), attention (flops, bytes,
 kv_len, optional exponentials: softmax exponentials evaluated, one per score), memory (bytes), or a collective (all_reduce, all_gather, reduce_scatter, all_to_all,
-send_recv) with ``group`` one of tp, cp, ep, dp and ``bytes`` the full buffer.
+send_recv) with ``group`` one of tp, cp, ep, dp and ``bytes`` the full buffer. Every operator may
+state its host (CPU) cost: ``host_ops`` (eager framework ops, default 1), ``library_calls`` (per-expert
+GEMM calls, default 0) and ``host_sync`` (the host waits for the operator's inputs before issuing it).
 """
 
 from __future__ import annotations
@@ -56,6 +58,9 @@ class DagOperator(BaseModel):
     exponentials: float = Field(default=0.0, ge=0.0)
     group: Literal["tp", "cp", "ep", "dp"] | None = None
     model_flops: bool = True
+    host_ops: float = Field(default=1.0, ge=0.0)
+    library_calls: int = Field(default=0, ge=0)
+    host_sync: bool = False
 
 
 class DagModel(BaseModel):
@@ -124,6 +129,8 @@ def to_graph(operators: list[DagOperator], where: str) -> OpGraph:
 
 
 def _operator(op: DagOperator, deps: tuple[int, ...], where: str) -> Op:
+    host = dict(host_ops=op.host_ops, library_calls=op.library_calls, host_sync=op.host_sync)
+
     def need(*fields: str) -> None:
         missing = [f for f in fields if getattr(op, f) in (None, 0.0)]
         if missing:
@@ -134,20 +141,22 @@ def _operator(op: DagOperator, deps: tuple[int, ...], where: str) -> Op:
         need("m", "n", "k")
         saved = ACT_BYTES * op.m * op.k * op.count if op.saved_bytes is None else op.saved_bytes
         return Op(op.name, "gemm", flops=2.0 * op.m * op.n * op.k, bytes_moved=ACT_BYTES * (op.m * op.k + op.k * op.n + op.m * op.n),
-                  saved_bytes=saved, shape=(op.m, op.n, op.k), deps=deps, count=op.count, model_flops=op.model_flops)
+                  saved_bytes=saved, shape=(op.m, op.n, op.k), deps=deps, count=op.count, model_flops=op.model_flops,
+                  **host)
     if op.kind == "attention":
         need("flops", "kv_len")
         return Op(op.name, "attention", flops=op.flops, bytes_moved=op.bytes, saved_bytes=op.saved_bytes or 0.0,
-                  exponentials=op.exponentials, shape=(1, op.q_len or op.kv_len, op.kv_len, 0), deps=deps, model_flops=op.model_flops, precision="bf16")
+                  exponentials=op.exponentials, shape=(1, op.q_len or op.kv_len, op.kv_len, 0), deps=deps,
+                  model_flops=op.model_flops, precision="bf16", **host)
     if op.kind == "memory":
         need("bytes")
         return Op(op.name, "memory", flops=op.flops, bytes_moved=op.bytes, saved_bytes=op.saved_bytes or 0.0,
-                  deps=deps, model_flops=False)
+                  deps=deps, model_flops=False, **host)
     assert op.kind in COLLECTIVES
     need("bytes")
     if op.group is None:
         raise WindtunnelError(f"Operator DAG '{where}': collective '{op.name}' needs a group (tp, cp, ep or dp).")
-    return Op(op.name, op.kind, stream=op.group, bytes_moved=op.bytes, group=op.group, deps=deps)
+    return Op(op.name, op.kind, stream=op.group, bytes_moved=op.bytes, group=op.group, deps=deps, **host)
 
 
 def load_dag(path: str | Path) -> DagModel:

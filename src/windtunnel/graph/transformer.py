@@ -9,7 +9,7 @@ Units: FLOPs, bytes, tokens.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from windtunnel.graph.ops import Op, OpGraph
 from windtunnel.specs.model import ModelSpec
@@ -37,6 +37,7 @@ class Sharding:
     dispatch_bytes: float = ACT_BYTES
     precision: str = "bf16"
     dedup_dispatch: bool = True
+    cuda_graphs: str = "none"
 
     @property
     def tokens(self) -> int:
@@ -54,6 +55,8 @@ class _Builder:
         self.model = model
         self.s = shard
         self.g = OpGraph()
+        # Index ranges of the operators a "modules" CUDA-graph capture covers.
+        self.graphed: list[range] = []
 
     # -- helpers -------------------------------------------------------------------------------
     def gemm(self, name: str, m: int, n: int, k: int, deps: tuple[int, ...], *, saved: float | None = None,
@@ -232,6 +235,7 @@ class _Builder:
         router = self.gemm("router", tokens, moe.experts, m.hidden, x, host_ops=3.0)
         permute = self.memory("permute", tokens * moe.topk * m.hidden, (router,), passes=2.0, saved=0.0,
                               host_ops=2.0)
+        self.graphed.append(range(router, permute + 1))
         routed_tokens = tokens * moe.topk
         sent = s.dispatch_bytes * routed_tokens * m.hidden
         fanout = moe.topk if s.dedup_dispatch else 1
@@ -272,11 +276,32 @@ def layer_forward(model: ModelSpec, shard: Sharding, *, moe: bool) -> OpGraph:
     """Forward DAG of one transformer layer on one rank for one micro-batch."""
     builder = _Builder(model, shard)
     x = builder.attention(())
+    builder.graphed.append(range(0, len(builder.g)))
     if moe:
         builder.moe_mlp(x)
     else:
+        start = len(builder.g)
         builder.dense_mlp(x)
-    return builder.g
+        builder.graphed.append(range(start, len(builder.g)))
+    return captured(builder.g, builder.graphed, shard.cuda_graphs)
+
+
+def captured(graph: OpGraph, graphed: list[range], mode: str) -> OpGraph:
+    """The graph with host costs as CUDA-graph capture leaves them.
+
+    A captured region is replayed with one graph launch, so its host cost is one op and no
+    library calls; ``full`` captures everything, which needs a dropless dispatcher that sizes the
+    all-to-all and the grouped GEMMs on the device, so the host never waits for token counts.
+    """
+    if mode == "none":
+        return graph
+    if mode == "full":
+        return OpGraph([replace(op, host_ops=0.0, library_calls=0, host_sync=False) for op in graph.ops])
+    ops = list(graph.ops)
+    for region in graphed:
+        for index in region:
+            ops[index] = replace(ops[index], host_ops=1.0 if index == region.start else 0.0, library_calls=0)
+    return OpGraph(ops)
 
 
 def embedding_forward(model: ModelSpec, shard: Sharding) -> OpGraph:
@@ -284,7 +309,7 @@ def embedding_forward(model: ModelSpec, shard: Sharding) -> OpGraph:
     builder = _Builder(model, shard)
     lookup = builder.memory("embedding", shard.tokens * model.hidden, (), passes=2.0)
     builder.exit_tp("embedding", (lookup,))
-    return builder.g
+    return captured(builder.g, [], shard.cuda_graphs)
 
 
 def head_forward(model: ModelSpec, shard: Sharding) -> OpGraph:
@@ -307,4 +332,4 @@ def head_forward(model: ModelSpec, shard: Sharding) -> OpGraph:
     builder.g.add(Op("cross_entropy", "memory", flops=5.0 * logits_count, bytes_moved=forward * logits_count,
                      backward_bytes=backward * logits_count, saved_bytes=kept * logits_count, deps=(logits,),
                      model_flops=False, host_ops=1.0 if shard.fused_loss else 6.0))
-    return builder.g
+    return captured(builder.g, [], shard.cuda_graphs)

@@ -11,6 +11,11 @@ from windtunnel.specs.model import ModelSpec
 
 Recompute = Literal["none", "selective", "full"]
 Schedule = Literal["1f1b", "interleaved", "dualpipe"]
+# How much of a step is captured in CUDA graphs (host cost of the captured kernels is one graph
+# launch): none (eager), modules (attention, dense MLP and the MoE router/preprocessing, as
+# Megatron's transformer_engine graph scopes attn, mlp, moe_router, moe_preprocess), full (the whole
+# iteration; needs a sync-free dropless dispatcher, so the host never waits for token counts).
+CudaGraphs = Literal["none", "modules", "full"]
 
 
 class Plan(BaseModel):
@@ -36,6 +41,7 @@ class Plan(BaseModel):
     schedule: Schedule | None = None
     precision: Literal["bf16", "fp16", "fp8"] = "bf16"
     dispatcher: Literal["alltoall", "deepep"] = "deepep"
+    cuda_graphs: CudaGraphs = "none"
     order: str = "tp-cp-dp-pp"
 
     @field_validator("order")
@@ -60,6 +66,8 @@ class Plan(BaseModel):
             parts.append(f"dispatcher={self.dispatcher}")
         if self.etp > 1:
             parts.append(f"etp={self.etp}")
+        if self.cuda_graphs != "none":
+            parts.append(f"cuda_graphs={self.cuda_graphs}")
         if self.order != "tp-cp-dp-pp":
             parts.append(f"order={self.order}")
         if self.recompute_layers >= 0:
@@ -81,7 +89,7 @@ class Plan(BaseModel):
         parts.append(f"zero={self.zero}")
         if self.pipeline_schedule == "dualpipe":
             parts.append("dualpipe")
-        for name in ("precision", "order"):
+        for name in ("precision", "cuda_graphs", "order"):
             if getattr(self, name) != getattr(default, name):
                 parts.append(f"{name}={getattr(self, name)}")
         return ",".join(parts)
@@ -103,7 +111,8 @@ _ALIASES = {
     "mb": "mbs", "micro_batch": "mbs", "microbatch": "mbs", "micro-batch": "mbs",
     "seq_parallel": "sp", "sequence_parallel": "sp", "virtual": "vpp", "vp": "vpp",
     "tp_comm_overlap": "tp_overlap", "overlap": "tp_overlap", "zero_stage": "zero",
-    "recompute-layers": "recompute_layers", "pipeline": "schedule",
+    "recompute-layers": "recompute_layers", "pipeline": "schedule", "graphs": "cuda_graphs",
+    "cuda_graph": "cuda_graphs", "cuda-graphs": "cuda_graphs",
 }
 _BOOLS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False, "on": True, "off": False}
 
@@ -138,7 +147,7 @@ def parse_plan(text: str | dict | Plan) -> Plan:
             value = _BOOLS[value.lower()]
         if key == "zero" and isinstance(value, str) and value.lower() in ("true", "false"):
             value = 1 if value.lower() == "true" else 0
-        if key in ("recompute", "schedule", "precision", "dispatcher", "order") and isinstance(value, str):
+        if key in ("recompute", "schedule", "precision", "dispatcher", "cuda_graphs", "order") and isinstance(value, str):
             value = value.lower()
         data[key] = value
     from windtunnel.specs.validation import build

@@ -15,7 +15,14 @@ from windtunnel.engine.attribution import attribute
 from windtunnel.engine.core import Engine, Timeline
 from windtunnel.graph.dag import DagModel
 from windtunnel.graph.ops import OpGraph, backward_of
-from windtunnel.graph.transformer import ACT_BYTES, Sharding, embedding_forward, head_forward, layer_forward
+from windtunnel.graph.transformer import (
+    ACT_BYTES,
+    Sharding,
+    captured,
+    embedding_forward,
+    head_forward,
+    layer_forward,
+)
 from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.hardware import Cluster
 from windtunnel.specs.model import ModelSpec
@@ -76,7 +83,8 @@ def _dag_graphs(dag: DagModel, shard: Sharding) -> dict[str, OpGraph]:
             f"Operator-DAG model '{dag.name}' is written for {dag.tokens_per_micro_batch} tokens per micro-batch "
             f"(field 'tokens_per_micro_batch'), but the plan gives mbs*seq_len/cp = {shard.tokens}; change mbs or "
             "seq_len, or rewrite the DAG's sizes.", field="tokens_per_micro_batch")
-    return {"dense": dag.graph("layer"), "embedding": dag.graph("first_stage"), "head": dag.graph("last_stage")}
+    graphs = {"dense": dag.graph("layer"), "embedding": dag.graph("first_stage"), "head": dag.graph("last_stage")}
+    return {kind: captured(graph, [], shard.cuda_graphs) for kind, graph in graphs.items()}
 
 
 def dag_stub_model(dag: DagModel) -> ModelSpec:
@@ -120,7 +128,8 @@ class _StepBuilder:
                               seq_len=job.seq_len, flash_attention=job.flash_attention, fused_loss=job.fused_loss,
                               moe_imbalance=job.moe_imbalance if plan.ep > 1 or model.moe else 1.0,
                               precision=plan.precision, dedup_dispatch=plan.dispatcher == "deepep",
-                              dispatch_bytes=1.0 if plan.precision == "fp8" else ACT_BYTES)
+                              dispatch_bytes=1.0 if plan.precision == "fp8" else ACT_BYTES,
+                              cuda_graphs=plan.cuda_graphs)
         self.coster = LayerCoster(cluster, self.placement, self.eff, plan.precision,
                                   tp_overlap=plan.tp_overlap and plan.sequence_parallel)
         if job.dag is not None:
@@ -539,6 +548,13 @@ def simulate(job: TrainingJob) -> TrainingResult:
     return result
 
 
+_GRAPHS = {
+    "none": "eagerly (no CUDA graphs)",
+    "modules": "eagerly except CUDA-graphed attention, dense MLP and MoE router/preprocessing (one launch each)",
+    "full": "as one CUDA graph per step (sync-free dispatch)",
+}
+
+
 def _assumptions(job: TrainingJob, builder: _StepBuilder) -> list[str]:
     plan, model = builder.plan, job.model
     out = [
@@ -552,9 +568,9 @@ def _assumptions(job: TrainingJob, builder: _StepBuilder) -> list[str]:
         "memory: 16-bit weights, fp32 main gradients, 12 bytes/param optimizer state; 2 GiB framework reserve; "
         "5% allocator fragmentation on activations",
         "efficiencies from catalog/efficiency.yaml merged with catalog/calibration.yaml",
-        f"host issues kernels eagerly (no CUDA graphs): {builder.eff.host_op_s * 1e6:.1f} us per framework op, "
+        f"host issues kernels {_GRAPHS[plan.cuda_graphs]}: {builder.eff.host_op_s * 1e6:.1f} us per framework op, "
         f"{builder.eff.host_library_call_s * 1e6:.0f} us per per-expert GEMM call"
-        + ("; it waits for MoE token counts before the dispatch" if model.moe else ""),
+        + ("; it waits for MoE token counts before the dispatch" if model.moe and plan.cuda_graphs != "full" else ""),
     ]
     if model.moe:
         out.append(f"MoE load imbalance factor {job.moe_imbalance:.2f} on the busiest expert rank")
