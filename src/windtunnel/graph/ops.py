@@ -40,6 +40,8 @@ class Op:
         cannot start before the host has issued it.
     library_calls: for a grouped GEMM run as one library GEMM per expert, those per-expert calls;
         each costs the host a library call's setup and launch.
+    backward_host_ops: host ops of the backward when they differ from the forward's (e.g. routing
+        bookkeeping that has no gradient); a GEMM's data and weight gradients split them.
     host_sync: the host needs a value this operator's inputs computed (e.g. MoE token counts) before
         it can issue the operator, so it waits until the device has finished those inputs.
     """
@@ -62,6 +64,7 @@ class Op:
     backward_bytes: float | None = None
     host_ops: float = 1.0
     library_calls: int = 0
+    backward_host_ops: float | None = None
     host_sync: bool = False
 
     @property
@@ -124,7 +127,9 @@ def backward_of(forward: OpGraph, *, comm_swap: dict[str, str] | None = None) ->
         op = forward.ops[index]
         deps = tuple(sorted(new_index[u] for u in users[index]))
         # The backward knows every size from its forward, so it never waits for the device.
-        base = dict(deps=deps, phase="bwd", saved_bytes=0.0, host_sync=False)
+        base = dict(deps=deps, phase="bwd", saved_bytes=0.0, host_sync=False, backward_host_ops=None)
+        if op.backward_host_ops is not None:
+            base["host_ops"] = op.backward_host_ops / (2.0 if op.kind == "gemm" else 1.0)
         if op.kind == "gemm":
             m, nn, k = op.shape
             # The data gradient is what the previous operator waits for; the weight gradient only

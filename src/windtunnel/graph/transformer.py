@@ -61,7 +61,7 @@ class _Builder:
     # -- helpers -------------------------------------------------------------------------------
     def gemm(self, name: str, m: int, n: int, k: int, deps: tuple[int, ...], *, saved: float | None = None,
              count: int = 1, model_flops: bool = True, sp_input: bool = False, host_sync: bool = False,
-             host_ops: float | None = None) -> int:
+             host_ops: float | None = None, backward_host_ops: float | None = None) -> int:
         # Traffic: read A (m x k) and B (k x n), write C (m x n), 16-bit operands.
         moved = ACT_BYTES * (m * k + k * n + m * n)
         saved_bytes = ACT_BYTES * m * k * count if saved is None else saved
@@ -78,18 +78,19 @@ class _Builder:
         return self.g.add(Op(name, "gemm", flops=2.0 * m * n * k, bytes_moved=moved, saved_bytes=saved_bytes,
                              shape=(m, n, k), deps=deps, count=count, model_flops=model_flops,
                              precision=self.s.precision, host_ops=host_ops, library_calls=count if count > 1 else 0,
-                             host_sync=host_sync))
+                             backward_host_ops=backward_host_ops, host_sync=host_sync))
 
     def memory(self, name: str, elements: float, deps: tuple[int, ...], *, passes: float = 2.0,
-               saved: float = 0.0, flops_per_element: float = 1.0, host_ops: float = 1.0) -> int:
+               saved: float = 0.0, flops_per_element: float = 1.0, host_ops: float = 1.0,
+               backward_host_ops: float | None = None) -> int:
         return self.g.add(Op(name, "memory", flops=flops_per_element * elements,
                              bytes_moved=passes * ACT_BYTES * elements, saved_bytes=saved, deps=deps,
-                             model_flops=False, host_ops=host_ops))
+                             model_flops=False, host_ops=host_ops, backward_host_ops=backward_host_ops))
 
     def comm(self, name: str, kind: str, group: str, message_bytes: float, deps: tuple[int, ...], fanout: int = 1,
-             host_sync: bool = False) -> int:
+             host_sync: bool = False, host_ops: float = 1.0) -> int:
         return self.g.add(Op(name, kind, stream=group, bytes_moved=message_bytes, group=group, deps=deps, fanout=fanout,
-                             host_sync=host_sync))
+                             host_sync=host_sync, host_ops=host_ops))
 
     # -- TP boundaries -------------------------------------------------------------------------
     def enter_tp(self, name: str, deps: tuple[int, ...]) -> tuple[int, ...]:
@@ -139,7 +140,8 @@ class _Builder:
             qk_dim = v_dim = m.head_dim
             kv_heads = max(1, m.kv_heads // t)
             qkv = (self.gemm("qkv_proj", tokens, (heads + 2 * kv_heads) * m.head_dim, h, x, sp_input=True),)
-        rope = self.memory("rope", tokens * (heads + kv_heads) * qk_dim, qkv, passes=2.0)
+        # Fused rotary embedding, applied to queries and keys: two calls.
+        rope = self.memory("rope", tokens * (heads + kv_heads) * qk_dim, qkv, passes=2.0, host_ops=2.0)
         core = self.core_attention((rope,), heads, kv_heads, qk_dim, v_dim)
         out = self.gemm("out_proj", tokens, h, heads * v_dim, core)
         out = self.exit_tp("attn", (out,))
@@ -230,11 +232,15 @@ class _Builder:
         moe = m.moe
         x = self.norm("moe_norm", x)
         tokens = s.sp_tokens  # Megatron's all-to-all dispatcher routes the SP-sharded tokens
-        # The router is a plain PyTorch linear plus its (fused) top-k/softmax and the probabilities;
-        # the permutation copies every routed token (fused kernels: row-id map, then the copy).
-        router = self.gemm("router", tokens, moe.experts, m.hidden, x, host_ops=3.0)
+        # Host ops of the routing path, counted in Megatron-Core 0.14/0.15 (dropless, all-to-all
+        # dispatcher, fused router and permutation, TP 1): router 4 (gating GEMM, the benchmark's
+        # forced balancing 2, fused top-k); preprocessing 11 (per-expert counts, their all-gather,
+        # four copies to the host) plus the fused permutation 4; the token and probability
+        # all-to-alls 2; sorting chunks by expert 2; back 3; combine 1; unpermute 1: 28 besides the
+        # experts (DeepEP's flex path is ~25). The permutation copies every routed token.
+        router = self.gemm("router", tokens, moe.experts, m.hidden, x, host_ops=4.0, backward_host_ops=3.0)
         permute = self.memory("permute", tokens * moe.topk * m.hidden, (router,), passes=2.0, saved=0.0,
-                              host_ops=2.0)
+                              host_ops=15.0, backward_host_ops=1.0)
         self.graphed.append(range(router, permute + 1))
         routed_tokens = tokens * moe.topk
         sent = s.dispatch_bytes * routed_tokens * m.hidden
@@ -242,7 +248,7 @@ class _Builder:
         # Dropless routing sizes the all-to-all and the per-expert GEMMs with token counts the host
         # must read back from the device (Megatron's dispatchers copy tokens_per_expert and the
         # all-to-all splits to the CPU), so the host waits for the router there.
-        dispatch = (self.comm("dispatch", "all_to_all", "ep", sent, (permute,), fanout, host_sync=True)
+        dispatch = (self.comm("dispatch", "all_to_all", "ep", sent, (permute,), fanout, host_sync=True, host_ops=2.0)
                     if s.ep > 1 else permute)
         local_experts = moe.experts // s.ep
         # Balanced routing sends tokens*topk tokens to this rank's experts on average; the busiest
@@ -253,11 +259,11 @@ class _Builder:
         if s.ep > 1 and local_experts > 1:
             # Tokens arrive grouped by source rank; they are regrouped by local expert before the
             # grouped GEMM, and back before the combine (Megatron's sort_chunks_by_idxs).
-            expert_input = (self.memory("sort_by_expert", received * m.hidden, (dispatch,), passes=2.0),)
+            expert_input = (self.memory("sort_by_expert", received * m.hidden, (dispatch,), passes=2.0, host_ops=2.0),)
         down = self.mlp_ops("experts", per_expert, moe.ffn_hidden, expert_input, count=local_experts,
                             host_sync=s.ep == 1)
         if s.ep > 1 and local_experts > 1:
-            down = self.memory("unsort_by_expert", received * m.hidden, (down,), passes=2.0)
+            down = self.memory("unsort_by_expert", received * m.hidden, (down,), passes=2.0, host_ops=3.0)
         combine = (self.comm("combine", "all_to_all", "ep", ACT_BYTES * routed_tokens * m.hidden, (down,), fanout)
                    if s.ep > 1 else down)
         unpermute = self.memory("unpermute", tokens * moe.topk * m.hidden, (combine,), passes=2.0,
