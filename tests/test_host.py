@@ -147,3 +147,16 @@ def test_unknown_cuda_graphs_mode_is_a_clear_error(cli):
     proc = cli("train", "simulate", "--model", "llama3-8b", "--hardware", "h100-sxm", "--devices", "8",
                "--global-batch", "8", "--plan", "tp=1,pp=1,cuda_graphs=partial")
     assert_one_clear_error(proc, "cuda_graphs", "partial")
+
+
+def test_routing_bookkeeping_has_no_backward_host_cost():
+    model = load_model("qwen3-30b-a3b")
+    forward = layer_forward(model, Sharding(ep=8, seq_len=4096), moe=True)
+    backward = {op.name: op for op in backward_of(forward).ops}
+    permute = next(op for op in forward.ops if op.name == "permute")
+    # Counting tokens per expert and copying the counts to the host happen once, in the forward.
+    assert backward["permute.bwd"].host_ops < permute.host_ops
+    router = next(op for op in forward.ops if op.name == "router")
+    assert backward["router.dgrad"].host_ops + backward["router.wgrad"].host_ops == router.backward_host_ops
+    # Operators without a stated backward cost keep the forward's.
+    assert backward["qkv_proj.dgrad"].host_ops == next(op for op in forward.ops if op.name == "qkv_proj").host_ops

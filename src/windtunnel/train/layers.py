@@ -133,6 +133,8 @@ class LayerCoster:
                 for base in ("compute", *COMM_STREAMS):
                     engine.share(base, base, base + suffix)
             pieces = self._pieces(graph)
+            # Concurrent graphs (DualPipe) each get a host stream: one CPU thread interleaves the two
+            # chunks' launches in reality, which this treats as if each had the thread to itself.
             host_stream = HOST_STREAM + suffix
             for oi, op in enumerate(graph.ops):
                 count = pieces[oi]

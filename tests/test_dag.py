@@ -1,0 +1,71 @@
+"""Operator-DAG models in YAML: they simulate like the built-in transformer, and bad files are clear errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, assert_one_clear_error
+from windtunnel import simulate_training
+from windtunnel.graph.dag import load_dag
+from windtunnel.specs.errors import WindtunnelError
+
+EXAMPLE = REPO / "examples" / "llama3-8b-layer-dag.yaml"
+RUN = dict(seq_len=8192, global_batch=64, plan="tp=1,pp=1,mbs=1,recompute=full,zero=1")
+
+
+def _variant(tmp_path: Path, edit) -> Path:
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    edit(doc)
+    path = tmp_path / "dag.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_hand_written_layer_matches_the_builtin_transformer():
+    dag = simulate_training(str(EXAMPLE), "h100-sxm", 8, **RUN)
+    builtin = simulate_training("llama3-8b", "h100-sxm", 8, **RUN)
+    assert dag.feasible
+    # The hand-written file rounds its byte counts and leaves out the builder's per-op host costs,
+    # so it is close, not equal.
+    assert dag.step_time_s == pytest.approx(builtin.step_time_s, rel=0.05)
+
+
+def test_host_fields_reach_the_operators(tmp_path):
+    def edit(doc):
+        doc["layer"][1].update(host_ops=40.0, library_calls=3, host_sync=True)
+
+    graph = load_dag(_variant(tmp_path, edit)).graph("layer")
+    qkv = graph.ops[1]
+    assert (qkv.host_ops, qkv.library_calls, qkv.host_sync) == (40.0, 3, True)
+    assert graph.ops[0].host_ops == 1.0 and not graph.ops[0].host_sync
+
+
+def test_a_host_sync_before_a_slow_issue_slows_the_step(tmp_path):
+    def edit(doc):
+        doc["layer"][4].update(host_ops=200.0, host_sync=True)
+
+    slow = simulate_training(str(_variant(tmp_path, edit)), "h100-sxm", 8, **RUN)
+    base = simulate_training(str(EXAMPLE), "h100-sxm", 8, **RUN)
+    assert slow.step_time_s > base.step_time_s
+    assert slow.breakdown["host_overhead"] > base.breakdown.get("host_overhead", 0.0)
+
+
+@pytest.mark.parametrize(("edit", "needle"), [
+    (lambda doc: doc["layer"][1].update(deps=["nowhere"]), "nowhere"),
+    (lambda doc: doc["layer"][0].update(deps=["mlp_residual"]), "cycle"),
+    (lambda doc: doc["layer"][1].pop("m"), "m"),
+    (lambda doc: doc["layer"][1].update(host_ops=-1), "host_ops"),
+])
+def test_bad_dag_is_one_clear_error(tmp_path, edit, needle):
+    with pytest.raises(WindtunnelError, match=needle):
+        load_dag(_variant(tmp_path, edit))
+
+
+def test_bad_dag_on_the_cli_exits_2_without_traceback(tmp_path, cli):
+    path = _variant(tmp_path, lambda doc: doc["layer"][1].update(deps=["nowhere"]))
+    proc = cli("train", "simulate", "--model", str(path), "--hardware", "h100-sxm", "--devices", "8",
+               "--seq-len", "8192", "--global-batch", "64")
+    assert_one_clear_error(proc, "nowhere")
