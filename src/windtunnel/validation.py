@@ -31,6 +31,9 @@ LEGACY_SOURCES = ("Narayanan", "Korthikanti")
 # Stacks whose default fuses the cross-entropy loss into one kernel (NeMo's and Megatron-Bridge's model
 # configs set cross_entropy_loss_fusion=True); Megatron-LM's own default, and older stacks, leave it unfused.
 FUSED_LOSS_SOURCES = ("NVIDIA/NeMo", "NVIDIA-NeMo/Megatron-Bridge")
+# Stacks whose performance recipes reduce gradients in bf16 (Megatron-Bridge's performance configs set
+# ddp.grad_reduce_in_fp32 = False for Llama 3, Qwen3, DeepSeek-V3 and GPT-OSS); Megatron's default is fp32.
+BF16_GRAD_REDUCE_SOURCES = ("NVIDIA-NeMo/Megatron-Bridge",)
 SINGLE_NODE = 8
 # Tokenizer sizes of model families, used when a row leaves the vocabulary blank (a public fact about
 # the model, not a fitted value).
@@ -183,6 +186,9 @@ def build_job(row: dict, *, fitted_override: dict | None = None) -> tuple[Traini
     fused_loss = any(name in source for name in FUSED_LOSS_SOURCES)
     notes.append("cross-entropy " + ("fused (NeMo / Megatron-Bridge default)" if fused_loss
                                      else "unfused fp32 (Megatron-LM default, or a stack without a fused loss)"))
+    bf16_reduce = any(name in source for name in BF16_GRAD_REDUCE_SOURCES)
+    notes.append("gradients reduced in " + ("bf16 (the recipe sets grad_reduce_in_fp32=False)" if bf16_reduce
+                                            else "fp32 (Megatron default)"))
     if legacy:
         notes.append("attention unfused (the source predates FlashAttention in Megatron)")
     elif unfused:
@@ -202,7 +208,8 @@ def build_job(row: dict, *, fitted_override: dict | None = None) -> tuple[Traini
                     zero=zero, tp_overlap=overlap, precision=precision if precision in ("bf16", "fp16", "fp8") else "bf16")
         return TrainingJob(model=model, cluster=cluster, plan=plan, seq_len=seq_len,
                            global_batch=_int(row, "global_batch"), flash_attention=not unfused, fused_loss=fused_loss,
-                           moe_imbalance=imbalance, fitted_override=fitted_override)
+                           moe_imbalance=imbalance, fitted_override=fitted_override,
+                           grad_reduce_bytes=2.0 if bf16_reduce else 4.0)
 
     if recompute:
         return make(recompute), notes, None
