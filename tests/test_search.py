@@ -209,3 +209,23 @@ def test_cli_bad_pin_is_one_clear_error(tmp_path):
     proc = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert proc.returncode == 2
     assert "error:" in proc.stderr and "tp" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_search_issues_every_plan_and_the_baseline_with_its_cuda_graphs_mode():
+    """A search run with CUDA graphs ranks plans issued that way; an unstated baseline follows it."""
+    space = SearchSpace(load_model("qwen3-30b-a3b"), load_hardware("b200", 8), 4096, 64, precision="fp8",
+                        moe_imbalance=1.0, cuda_graphs="full",
+                        choices={"tp": [1], "pp": [1], "ep": [8], "mbs": [1], "recompute": ["none"], "zero": [1],
+                                 "cp": [1], "vpp": [1], "sp": [False], "tp_overlap": [False], "schedule": ["1f1b"],
+                                 "order": ["tp-cp-dp-pp"]})
+    backend = LocalBackend(1)
+    try:
+        document = search_training(space, backend, top=5, refine_count=2, baseline="tp=1,pp=1,ep=8,mbs=1,recompute=none")
+    finally:
+        backend.close()
+    assert document["cuda_graphs"] == "full"
+    assert "cuda_graphs=full" in document["plans"][0]["plan"]
+    assert "cuda_graphs=full" in document["baseline"]["plan"]
+    assert "host_overhead" not in document["plans"][0]["breakdown"]
+    eager = refine(space, parse_plan("tp=1,pp=1,ep=8,mbs=1,recompute=none,zero=1,precision=fp8"))
+    assert document["plans"][0]["step_time_s"] < eager.step_time_s

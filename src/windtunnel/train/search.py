@@ -84,6 +84,9 @@ def search_training(space: SearchSpace, backend: Any, *, top: int = 20, refine_c
         raise WindtunnelError(f"Field 'refine' must be at least 1, got {refine_count}.", field="refine")
     problem = TrainingProblem(space)
     baseline_plan = parse_plan(baseline) if baseline else None
+    if baseline_plan is not None and "cuda_graphs" not in baseline_plan.model_fields_set:
+        # The baseline is issued like the searched plans unless it says otherwise.
+        baseline_plan = baseline_plan.model_copy(update={"cuda_graphs": space.cuda_graphs})
     state = run_search(problem, backend, refine=refine_count, capacity_bytes=problem.capacity,
                        state_path=state_path, resume=resume, progress=progress, stop_after_refined=stop_after_refined)
     return build_document(space, state, top=top, baseline_plan=baseline_plan)
@@ -112,7 +115,7 @@ def build_document(space: SearchSpace, state: SearchState, *, top: int, baseline
     document = {
         "model": space.model.id, "hardware": space.cluster.id, "chip": space.cluster.chip.id,
         "devices": space.cluster.devices, "seq_len": space.seq_len, "global_batch": space.global_batch,
-        "precision": space.precision,
+        "precision": space.precision, "cuda_graphs": space.cuda_graphs,
         "candidates": {"enumerated": state.enumerated, "pruned": dict(sorted(pruned.items())),
                        "screened": state.screened, "refined": len(state.refined)},
         "elapsed_s": dict(sorted(state.elapsed_s.items())),
@@ -148,7 +151,7 @@ def screen_plan(space: SearchSpace, plan) -> float | None:
     level = plan.recompute + (f":{plan.recompute_layers}" if plan.recompute == "full" and plan.recompute_layers >= 0 else "")
     pinned = SearchSpace(space.model, space.cluster, space.seq_len, space.global_batch, precision=plan.precision,
                          moe_imbalance=space.moe_imbalance, flash_attention=space.flash_attention,
-                         fused_loss=space.fused_loss,
+                         fused_loss=space.fused_loss, cuda_graphs=plan.cuda_graphs,
                          choices={"tp": [plan.tp], "pp": [plan.pp], "vpp": [plan.vpp], "cp": [plan.cp], "ep": [plan.ep],
                                   "mbs": [plan.mbs], "recompute": [level], "zero": [plan.zero],
                                   "sp": [plan.sequence_parallel], "tp_overlap": [plan.tp_overlap and plan.sequence_parallel],
