@@ -44,13 +44,18 @@ def test_host_fields_reach_the_operators(tmp_path):
 
 
 def test_a_host_sync_before_a_slow_issue_slows_the_step(tmp_path):
-    def edit(doc):
-        doc["layer"][4].update(host_ops=200.0, host_sync=True)
+    def slow_issue(sync: bool):
+        def edit(doc):
+            doc["layer"][3].update(host_sync=sync)   # core_attention: the host then waits for rope
+            doc["layer"][4].update(host_ops=500.0)   # out_proj: ~7 ms to issue
+        return simulate_training(str(_variant(tmp_path, edit)), "h100-sxm", 8, **RUN)
 
-    slow = simulate_training(str(_variant(tmp_path, edit)), "h100-sxm", 8, **RUN)
     base = simulate_training(str(EXAMPLE), "h100-sxm", 8, **RUN)
-    assert slow.step_time_s > base.step_time_s
-    assert slow.breakdown["host_overhead"] > base.breakdown.get("host_overhead", 0.0)
+    ahead, synced = slow_issue(False), slow_issue(True)
+    # A slow issue costs time even when the host started early; waiting for the device first
+    # throws away the head start.
+    assert base.step_time_s < ahead.step_time_s < synced.step_time_s
+    assert ahead.breakdown["host_overhead"] < synced.breakdown["host_overhead"]
 
 
 @pytest.mark.parametrize(("edit", "needle"), [

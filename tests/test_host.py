@@ -26,32 +26,34 @@ def _coster(host_op_s: float) -> LayerCoster:
     return LayerCoster(cluster, place_plan(parse_plan("tp=1,pp=1"), cluster), eff, "bf16", tp_overlap=False)
 
 
-def _two_ops(sync: bool) -> OpGraph:
-    """A long memory-bound kernel, then one whose issue takes 50 host ops (1 ms at 20 us)."""
+def _three_ops(sync: bool) -> OpGraph:
+    """A long kernel; a short one after it that reads a device value (if ``sync``); then one whose
+    issue takes 50 host ops (1 ms at 20 us)."""
     graph = OpGraph()
     first = graph.add(Op("long", "memory", bytes_moved=4e9))
-    graph.add(Op("after", "memory", bytes_moved=1e6, deps=(first,), host_ops=50.0, host_sync=sync))
+    second = graph.add(Op("count", "memory", bytes_moved=1e6, deps=(first,), host_sync=sync))
+    graph.add(Op("after", "memory", bytes_moved=1e6, deps=(second,), host_ops=50.0))
     return graph
 
 
 def test_host_runs_ahead_unless_it_must_read_a_device_value():
     coster = _coster(HOST_OP_S)
-    long_time = coster.op_time(_two_ops(False).ops[0])
-    after_time = coster.op_time(_two_ops(False).ops[1])
+    long_time, short_time, _ = (coster.op_time(op) for op in _three_ops(False).ops)
     issue = 50 * HOST_OP_S
-    ahead = coster.play([_two_ops(False)])
-    synced = coster.play([_two_ops(True)])
-    # Ahead: the second kernel's long issue hides under the first kernel.
-    assert ahead.time == pytest.approx(HOST_OP_S + long_time + after_time)
+    ahead = coster.play([_three_ops(False)])
+    synced = coster.play([_three_ops(True)])
+    # Ahead: every issue hides under the long kernel.
+    assert ahead.time == pytest.approx(HOST_OP_S + long_time + 2 * short_time)
     assert ahead.parts["host_overhead"] == pytest.approx(HOST_OP_S)
-    # Synced: the host waits for the first kernel, so the device idles for the whole issue.
-    assert synced.time == pytest.approx(HOST_OP_S + long_time + issue + after_time)
-    assert synced.parts["host_overhead"] == pytest.approx(HOST_OP_S + issue)
+    # Synced: the host waits for the long kernel before issuing the last one, so the device idles
+    # for that issue less the short kernel it still had queued.
+    assert synced.time == pytest.approx(HOST_OP_S + long_time + issue + short_time)
+    assert synced.parts["host_overhead"] == pytest.approx(HOST_OP_S + issue - short_time)
     assert sum(synced.parts.values()) == pytest.approx(synced.time)
 
 
 def test_no_host_cost_means_no_host_tasks():
-    played = _coster(0.0).play([_two_ops(True)])
+    played = _coster(0.0).play([_three_ops(True)])
     assert "host_overhead" not in played.parts
 
 
@@ -130,7 +132,7 @@ def test_module_capture_costs_one_launch_per_region_and_keeps_expert_calls():
     # Token dispatch and the expert GEMMs stay eager (they cannot be captured with dropless routing).
     up = next(op for op in graphed.ops if op.name == "experts.up_proj")
     assert up.library_calls == model.moe.experts // 8
-    assert next(op for op in graphed.ops if op.name == "dispatch").host_sync
+    assert next(op for op in graphed.ops if op.name == "permute").host_sync
     assert sum(op.host_ops for op in graphed.ops) < sum(op.host_ops for op in eager.ops)
 
 

@@ -21,7 +21,8 @@ Units: FLOPs, bytes, tokens. ``kind`` is gemm (m, n, k, optional count), attenti
 kv_len, optional exponentials: softmax exponentials evaluated, one per score), memory (bytes), or a collective (all_reduce, all_gather, reduce_scatter, all_to_all,
 send_recv) with ``group`` one of tp, cp, ep, dp and ``bytes`` the full buffer. Every operator may
 state its host (CPU) cost: ``host_ops`` (eager framework ops, default 1), ``library_calls`` (per-expert
-GEMM calls, default 0) and ``host_sync`` (the host waits for the operator's inputs before issuing it).
+GEMM calls, default 0) and ``host_sync`` (after issuing the operator the host waits for its inputs to
+finish on the device, before issuing anything else).
 """
 
 from __future__ import annotations

@@ -42,8 +42,9 @@ class Op:
         each costs the host a library call's setup and launch.
     backward_host_ops: host ops of the backward when they differ from the forward's (e.g. routing
         bookkeeping that has no gradient); a GEMM's data and weight gradients split them.
-    host_sync: the host needs a value this operator's inputs computed (e.g. MoE token counts) before
-        it can issue the operator, so it waits until the device has finished those inputs.
+    host_sync: after issuing this operator the host waits until its inputs are done on the device,
+        because it must read a value they computed (e.g. MoE token counts, which size the dispatch
+        and the grouped GEMMs); the next operator is issued only then, so the device may drain.
     """
 
     name: str

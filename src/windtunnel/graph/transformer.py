@@ -60,7 +60,7 @@ class _Builder:
 
     # -- helpers -------------------------------------------------------------------------------
     def gemm(self, name: str, m: int, n: int, k: int, deps: tuple[int, ...], *, saved: float | None = None,
-             count: int = 1, model_flops: bool = True, sp_input: bool = False, host_sync: bool = False,
+             count: int = 1, model_flops: bool = True, sp_input: bool = False,
              host_ops: float | None = None, backward_host_ops: float | None = None) -> int:
         # Traffic: read A (m x k) and B (k x n), write C (m x n), 16-bit operands.
         moved = ACT_BYTES * (m * k + k * n + m * n)
@@ -78,19 +78,20 @@ class _Builder:
         return self.g.add(Op(name, "gemm", flops=2.0 * m * n * k, bytes_moved=moved, saved_bytes=saved_bytes,
                              shape=(m, n, k), deps=deps, count=count, model_flops=model_flops,
                              precision=self.s.precision, host_ops=host_ops, library_calls=count if count > 1 else 0,
-                             backward_host_ops=backward_host_ops, host_sync=host_sync))
+                             backward_host_ops=backward_host_ops))
 
     def memory(self, name: str, elements: float, deps: tuple[int, ...], *, passes: float = 2.0,
                saved: float = 0.0, flops_per_element: float = 1.0, host_ops: float = 1.0,
-               backward_host_ops: float | None = None) -> int:
+               backward_host_ops: float | None = None, host_sync: bool = False) -> int:
         return self.g.add(Op(name, "memory", flops=flops_per_element * elements,
                              bytes_moved=passes * ACT_BYTES * elements, saved_bytes=saved, deps=deps,
-                             model_flops=False, host_ops=host_ops, backward_host_ops=backward_host_ops))
+                             model_flops=False, host_ops=host_ops, backward_host_ops=backward_host_ops,
+                             host_sync=host_sync))
 
     def comm(self, name: str, kind: str, group: str, message_bytes: float, deps: tuple[int, ...], fanout: int = 1,
-             host_sync: bool = False, host_ops: float = 1.0) -> int:
+             host_ops: float = 1.0) -> int:
         return self.g.add(Op(name, kind, stream=group, bytes_moved=message_bytes, group=group, deps=deps, fanout=fanout,
-                             host_sync=host_sync, host_ops=host_ops))
+                             host_ops=host_ops))
 
     # -- TP boundaries -------------------------------------------------------------------------
     def enter_tp(self, name: str, deps: tuple[int, ...]) -> tuple[int, ...]:
@@ -208,12 +209,11 @@ class _Builder:
 
     # -- feed-forward --------------------------------------------------------------------------
     def mlp_ops(self, prefix: str, tokens: int, width: int, deps: tuple[int, ...], count: int = 1,
-                sp_input: bool = False, host_sync: bool = False) -> int:
+                sp_input: bool = False) -> int:
         """Up (and gate) projection, activation, down projection: returns the down projection's index."""
         m = self.model
         up_width = 2 * width if m.activation == "swiglu" else width
-        up = self.gemm(prefix + ".up_proj", tokens, up_width, m.hidden, deps, count=count, sp_input=sp_input,
-                       host_sync=host_sync)
+        up = self.gemm(prefix + ".up_proj", tokens, up_width, m.hidden, deps, count=count, sp_input=sp_input)
         act_saved = ACT_BYTES * tokens * up_width * count
         act = self.memory(prefix + ".act", tokens * up_width * count, (up,), passes=1.5, saved=act_saved)
         return self.gemm(prefix + ".down_proj", tokens, m.hidden, width, (act,), count=count)
@@ -238,17 +238,17 @@ class _Builder:
         # four copies to the host) plus the fused permutation 4; the token and probability
         # all-to-alls 2; sorting chunks by expert 2; back 3; combine 1; unpermute 1: 28 besides the
         # experts (DeepEP's flex path is ~25). The permutation copies every routed token.
+        # Dropless routing sizes the all-to-all and the per-expert GEMMs with token counts the host
+        # reads back from the device (Megatron copies tokens_per_expert and the all-to-all splits to
+        # the CPU): having issued the permutation, the host waits for the router's counts.
         router = self.gemm("router", tokens, moe.experts, m.hidden, x, host_ops=4.0, backward_host_ops=3.0)
         permute = self.memory("permute", tokens * moe.topk * m.hidden, (router,), passes=2.0, saved=0.0,
-                              host_ops=15.0, backward_host_ops=1.0)
+                              host_ops=15.0, backward_host_ops=1.0, host_sync=True)
         self.graphed.append(range(router, permute + 1))
         routed_tokens = tokens * moe.topk
         sent = s.dispatch_bytes * routed_tokens * m.hidden
         fanout = moe.topk if s.dedup_dispatch else 1
-        # Dropless routing sizes the all-to-all and the per-expert GEMMs with token counts the host
-        # must read back from the device (Megatron's dispatchers copy tokens_per_expert and the
-        # all-to-all splits to the CPU), so the host waits for the router there.
-        dispatch = (self.comm("dispatch", "all_to_all", "ep", sent, (permute,), fanout, host_sync=True, host_ops=2.0)
+        dispatch = (self.comm("dispatch", "all_to_all", "ep", sent, (permute,), fanout, host_ops=2.0)
                     if s.ep > 1 else permute)
         local_experts = moe.experts // s.ep
         # Balanced routing sends tokens*topk tokens to this rank's experts on average; the busiest
@@ -260,8 +260,7 @@ class _Builder:
             # Tokens arrive grouped by source rank; they are regrouped by local expert before the
             # grouped GEMM, and back before the combine (Megatron's sort_chunks_by_idxs).
             expert_input = (self.memory("sort_by_expert", received * m.hidden, (dispatch,), passes=2.0, host_ops=2.0),)
-        down = self.mlp_ops("experts", per_expert, moe.ffn_hidden, expert_input, count=local_experts,
-                            host_sync=s.ep == 1)
+        down = self.mlp_ops("experts", per_expert, moe.ffn_hidden, expert_input, count=local_experts)
         if s.ep > 1 and local_experts > 1:
             down = self.memory("unsort_by_expert", received * m.hidden, (down,), passes=2.0, host_ops=3.0)
         combine = (self.comm("combine", "all_to_all", "ep", ACT_BYTES * routed_tokens * m.hidden, (down,), fanout)

@@ -103,13 +103,17 @@ class LayerCoster:
     def _issue(self, engine: Engine, op: Op, stream: str, inputs: list[int]) -> int | None:
         """Submit the host's work to issue ``op`` (its framework ops and launches) on the host stream; returns the
         task the device work waits for, or None when host time is not modelled. The host runs ahead
-        of the device, except where it must read a value the device computes (``host_sync``): then
-        it waits for the op's inputs and the device idles until the next launches arrive."""
+        of the device, except where it must read a value the device computes (``host_sync``): having
+        issued the op, it waits for the op's inputs, and the device idles once it has run out of
+        issued work until the next launches arrive."""
         eff = self.eff
         seconds = op.host_ops * eff.host_op_s + op.library_calls * eff.host_library_call_s
-        if seconds <= 0:
+        if eff.host_op_s <= 0 and eff.host_library_call_s <= 0:
             return None
-        return engine.task(op.name + ".issue", stream, seconds, inputs if op.host_sync else (), category="host_overhead")
+        issued = engine.task(op.name + ".issue", stream, seconds, (), category="host_overhead")
+        if op.host_sync:
+            engine.task(op.name + ".wait", stream, 0.0, inputs, category="host_overhead")
+        return issued
 
     def play(self, graphs: list[OpGraph], *, concurrent: bool = False, zero3_gather: float = 0.0) -> Played:
         """Play DAGs on one rank's streams. Sequential by default (each graph after the previous one);
