@@ -225,3 +225,42 @@ def test_no_pipeline_no_bubble():
 def test_interleaving_and_dualpipe_shrink_the_bubble(plan):
     """At 8 micro-batches, interleaving (vpp=2) and DualPipe leave a smaller bubble than plain 1F1B."""
     assert _bubble_share(8, plan) < _bubble_share(8, "tp=1,pp=4")
+
+
+@pytest.mark.parametrize("pp,vpp,mb", [(1, 1, 2), (1, 1, 7), (2, 2, 4), (4, 2, 8), (4, 3, 12)])
+def test_ep_overlap_pairs_every_steady_forward_with_an_earlier_backward(pp, vpp, mb):
+    """EP overlap: the same work as the plain schedule, each B after its F, and no FB block holds a
+    forward and a backward of the same micro-batch and chunk (they would wait for each other)."""
+    name = "interleaved" if vpp > 1 else "1f1b"
+    plain = schedule_orders(name, pp, vpp, mb)
+    paired = schedule_orders(name, pp, vpp, mb, ep_overlap=True)
+    for rank in range(pp):
+        items = work_items(paired[rank])
+        assert Counter(items) == Counter(work_items(plain[rank]))
+        assert all(items.index(("F", i, c)) < items.index(("B", i, c)) for i in range(mb) for c in range(vpp))
+        blocks = [b for b in paired[rank] if b.kind == "FB"]
+        assert blocks and all((b.micro_batch, b.chunk) != b.partner for b in blocks)
+        assert peak_in_flight(paired[rank]) <= in_flight_micro_batches(name, pp, vpp, rank, mb, ep_overlap=True)
+
+
+@pytest.mark.parametrize("plan", ["tp=1,pp=1,ep=8,mbs=1", "tp=1,pp=2,vpp=4,ep=4,mbs=1"])
+def test_ep_overlap_hides_all_to_all_and_costs_memory(plan):
+    """Overlapping the expert all-to-alls with another micro-batch's compute never slows the step, hides
+    communication, and holds one more micro-batch of activations."""
+    kwargs = dict(seq_len=4096, global_batch=32, moe_imbalance=1.0)
+    base = simulate_training("qwen3-30b-a3b", "gb200", 8, plan=plan + ",recompute=none,precision=fp8", **kwargs)
+    over = simulate_training("qwen3-30b-a3b", "gb200", 8, plan=plan + ",recompute=none,precision=fp8,ep_overlap=true",
+                             **kwargs)
+    assert over.step_time_s < base.step_time_s
+    assert over.breakdown["ep_comm"] < base.breakdown["ep_comm"]
+    assert over.memory_breakdown["activations"] > base.memory_breakdown["activations"]
+
+
+@pytest.mark.parametrize(("plan", "needle"), [
+    ("tp=1,pp=1,ep=1,ep_overlap=true", "ep is 1"),
+    ("tp=1,pp=2,ep=4,ep_overlap=true", "interleaved"),
+    ("tp=1,pp=2,ep=4,schedule=dualpipe,ep_overlap=true", "DualPipe"),
+])
+def test_ep_overlap_outside_its_schedules_is_a_clear_error(plan, needle):
+    with pytest.raises(WindtunnelError, match=needle):
+        simulate_training("qwen3-30b-a3b", "gb200", 8, seq_len=4096, global_batch=32, plan=plan)

@@ -38,6 +38,10 @@ class Plan(BaseModel):
     sp: bool = True
     zero: int = Field(default=1, ge=0, le=3)
     tp_overlap: bool = False
+    # Megatron's EP all-to-all overlap (--overlap-moe-expert-parallel-comm): in the steady state each
+    # forward runs together with the backward of an earlier micro-batch, so that one's dispatch and
+    # combine hide under the other's compute (one more micro-batch in flight).
+    ep_overlap: bool = False
     schedule: Schedule | None = None
     precision: Literal["bf16", "fp16", "fp8"] = "bf16"
     dispatcher: Literal["alltoall", "deepep"] = "deepep"
@@ -66,6 +70,8 @@ class Plan(BaseModel):
             parts.append(f"dispatcher={self.dispatcher}")
         if self.etp > 1:
             parts.append(f"etp={self.etp}")
+        if self.ep_overlap:
+            parts.append("ep_overlap=true")
         if self.cuda_graphs != "none":
             parts.append(f"cuda_graphs={self.cuda_graphs}")
         if self.order != "tp-cp-dp-pp":
@@ -89,6 +95,8 @@ class Plan(BaseModel):
         parts.append(f"zero={self.zero}")
         if self.pipeline_schedule == "dualpipe":
             parts.append("dualpipe")
+        if self.ep_overlap:
+            parts.append("ep_overlap")
         for name in ("precision", "cuda_graphs", "order"):
             if getattr(self, name) != getattr(default, name):
                 parts.append(f"{name}={getattr(self, name)}")
@@ -112,7 +120,8 @@ _ALIASES = {
     "seq_parallel": "sp", "sequence_parallel": "sp", "virtual": "vpp", "vp": "vpp",
     "tp_comm_overlap": "tp_overlap", "overlap": "tp_overlap", "zero_stage": "zero",
     "recompute-layers": "recompute_layers", "pipeline": "schedule", "graphs": "cuda_graphs",
-    "cuda_graph": "cuda_graphs", "cuda-graphs": "cuda_graphs",
+    "cuda_graph": "cuda_graphs", "cuda-graphs": "cuda_graphs", "moe_a2a_overlap": "ep_overlap",
+    "overlap_moe_expert_parallel_comm": "ep_overlap", "ep-overlap": "ep_overlap",
 }
 _BOOLS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False, "on": True, "off": False}
 
@@ -141,7 +150,7 @@ def parse_plan(text: str | dict | Plan) -> Plan:
             raise WindtunnelError(
                 f"Unknown plan field '{key}' (field 'plan'); valid fields: {', '.join(sorted(fields))}.", field="plan"
             )
-        if key in ("sp", "tp_overlap") and isinstance(value, str):
+        if key in ("sp", "tp_overlap", "ep_overlap") and isinstance(value, str):
             if value.lower() not in _BOOLS:
                 raise WindtunnelError(f"Plan field '{key}' must be true or false, got '{value}'.", field=key)
             value = _BOOLS[value.lower()]
@@ -252,6 +261,17 @@ def _check_batch(plan: Plan, devices: int, seq_len: int, global_batch: int, dp: 
             fail("global_batch", f"DualPipe needs at least pp ({plan.pp}) micro-batches per step, got {micro_batches}.")
         if plan.vpp != 1:
             fail("vpp", "DualPipe already places two chunks per device; use vpp=1 with schedule=dualpipe.")
+    if plan.ep_overlap:
+        if plan.ep == 1:
+            fail("ep_overlap", "Plan field 'ep_overlap' overlaps the expert all-to-alls, but ep is 1; set ep > 1 or "
+                 "ep_overlap=false.")
+        if schedule == "dualpipe" or (plan.pp > 1 and not (schedule == "interleaved" and plan.vpp > 1)):
+            fail("ep_overlap", f"Plan field 'ep_overlap' needs pp=1 or the interleaved schedule with vpp > 1 (as "
+                 f"Megatron's overlap does); got pp={plan.pp}, vpp={plan.vpp}, schedule={schedule}. DualPipe "
+                 "already overlaps the all-to-alls.")
+        if micro_batches < 2:
+            fail("ep_overlap", "Plan field 'ep_overlap' pairs a forward with an earlier micro-batch's backward, so it "
+                 f"needs at least 2 micro-batches per step, got {micro_batches}.")
     if plan.recompute_layers > 0 and plan.recompute != "full":
         fail("recompute_layers", "recompute_layers applies to recompute=full only.")
     return plan.model_copy(update={"dp": dp})

@@ -133,20 +133,39 @@ def dualpipe(pp: int, micro_batches: int) -> list[list[Block]]:
     return orders
 
 
-def schedule_orders(name: str, pp: int, vpp: int, micro_batches: int) -> list[list[Block]]:
+def overlapped(order: list[Block]) -> list[Block]:
+    """Megatron's EP all-to-all overlap: one more warm-up forward, then every forward runs together
+    with the next backward (of an earlier micro-batch) as one "FB" block, so neither half of a pair
+    waits for the other; the remaining backwards cool down alone."""
+    forwards = [block for block in order if block.kind == "F"]
+    backwards = [block for block in order if block.kind == "B"]
+    # The plain order runs its warm-up forwards and the first steady forward before any backward;
+    # all of those now run alone, so the first pair's forward is one micro-batch further ahead.
+    lead = next((i for i, block in enumerate(order) if block.kind == "B"), len(order))
+    pairs = [Block("FB", f.micro_batch, f.chunk, partner=(b.micro_batch, b.chunk))
+             for f, b in zip(forwards[lead:], backwards, strict=False)]
+    return forwards[:lead] + pairs + backwards[len(pairs):]
+
+
+def schedule_orders(name: str, pp: int, vpp: int, micro_batches: int, *, ep_overlap: bool = False) -> list[list[Block]]:
     """The block order of every pipeline rank for schedule ``name``."""
     if name == "dualpipe":
         return dualpipe(pp, micro_batches)
     if name == "interleaved" and vpp > 1:
-        return [interleaved(pp, vpp, rank, micro_batches) for rank in range(pp)]
-    return [one_f_one_b(pp, rank, micro_batches) for rank in range(pp)]
+        orders = [interleaved(pp, vpp, rank, micro_batches) for rank in range(pp)]
+    else:
+        orders = [one_f_one_b(pp, rank, micro_batches) for rank in range(pp)]
+    return [overlapped(order) for order in orders] if ep_overlap else orders
 
 
-def in_flight_micro_batches(name: str, pp: int, vpp: int, rank: int, micro_batches: int) -> float:
+def in_flight_micro_batches(name: str, pp: int, vpp: int, rank: int, micro_batches: int,
+                            *, ep_overlap: bool = False) -> float:
     """Micro-batch activations (in units of one chunk's layers) a rank holds at its peak."""
     if name == "dualpipe":
         return float(min(micro_batches, pp + 1))
+    # The EP overlap runs one more warm-up forward, so one more micro-batch is held.
+    extra = 1 if ep_overlap else 0
     if name == "interleaved" and vpp > 1:
         warmup = min(micro_batches * vpp, (pp - rank - 1) * 2 + (vpp - 1) * pp)
-        return float(min(micro_batches * vpp, warmup + 1))
-    return float(min(micro_batches, pp - rank))
+        return float(min(micro_batches * vpp, warmup + 1 + extra))
+    return float(min(micro_batches, pp - rank + extra))

@@ -305,7 +305,7 @@ class _StepBuilder:
     def run(self) -> tuple[Timeline, dict[tuple[int, int], _Chunk], list[float]]:
         plan, cluster = self.plan, self.job.cluster
         chunks = self.chunks()
-        orders = schedule_orders(self.schedule, plan.pp, plan.vpp, self.micro_batches)
+        orders = schedule_orders(self.schedule, plan.pp, plan.vpp, self.micro_batches, ep_overlap=plan.ep_overlap)
         engine = Engine()
         p2p_bytes = ACT_BYTES * plan.mbs * self.job.seq_len // plan.cp * self.job.model.hidden
         if plan.sequence_parallel:
@@ -499,7 +499,8 @@ def simulate(job: TrainingJob) -> TrainingResult:
         share = ParamShare(dense=sum(c.dense_params for c in mine), expert=sum(c.expert_params for c in mine),
                            dense_dp=builder.placement.dp.size, expert_dp=builder.placement.expert_dp.size)
         per_chunk = sum(c.activation_bytes for c in mine) / len(mine)
-        in_flight = in_flight_micro_batches(builder.schedule, plan.pp, plan.vpp, rank, builder.micro_batches)
+        in_flight = in_flight_micro_batches(builder.schedule, plan.pp, plan.vpp, rank, builder.micro_batches,
+                                            ep_overlap=plan.ep_overlap)
         activations = per_chunk * in_flight
         buffers = 0.0
         if model.moe and plan.ep > 1:
@@ -578,6 +579,9 @@ def _assumptions(job: TrainingJob, builder: _StepBuilder) -> list[str]:
             out.append(f"expert dispatch in {'fp8' if plan.precision == 'fp8' else '16-bit'}, combine in 16-bit; "
                        + ("deduplicating dispatcher (DeepEP-style: one copy per remote domain)"
                           if plan.dispatcher == "deepep" else "plain all-to-all (one copy per routed expert)"))
+    if plan.ep_overlap:
+        out.append("EP all-to-all overlap: each steady-state forward runs with an earlier micro-batch's backward, "
+                   "sharing the device (Megatron --overlap-moe-expert-parallel-comm)")
     if plan.tp_overlap and not plan.sequence_parallel:
         out.append("tp_overlap ignored: chunked TP overlap needs sequence parallelism")
     out.extend(f"group {k}: {v}" for k, v in builder.placement.describe(job.cluster).items())
