@@ -226,6 +226,7 @@ def test_search_issues_every_plan_and_the_baseline_with_its_cuda_graphs_mode():
     assert document["cuda_graphs"] == "full"
     assert "cuda_graphs=full" in document["plans"][0]["plan"]
     assert "cuda_graphs=full" in document["baseline"]["plan"]
+    assert "precision=fp8" in document["baseline"]["plan"]
     assert "host_overhead" not in document["plans"][0]["breakdown"]
     eager = refine(space, parse_plan("tp=1,pp=1,ep=8,mbs=1,recompute=none,zero=1,precision=fp8"))
     assert document["plans"][0]["step_time_s"] < eager.step_time_s

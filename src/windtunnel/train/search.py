@@ -84,9 +84,11 @@ def search_training(space: SearchSpace, backend: Any, *, top: int = 20, refine_c
         raise WindtunnelError(f"Field 'refine' must be at least 1, got {refine_count}.", field="refine")
     problem = TrainingProblem(space)
     baseline_plan = parse_plan(baseline) if baseline else None
-    if baseline_plan is not None and "cuda_graphs" not in baseline_plan.model_fields_set:
-        # The baseline is issued like the searched plans unless it says otherwise.
-        baseline_plan = baseline_plan.model_copy(update={"cuda_graphs": space.cuda_graphs})
+    if baseline_plan is not None:
+        # The baseline runs in the searched plans' precision and issue mode unless it says otherwise.
+        unstated = {"precision": space.precision, "cuda_graphs": space.cuda_graphs}
+        baseline_plan = baseline_plan.model_copy(update={key: value for key, value in unstated.items()
+                                                         if key not in baseline_plan.model_fields_set})
     state = run_search(problem, backend, refine=refine_count, capacity_bytes=problem.capacity,
                        state_path=state_path, resume=resume, progress=progress, stop_after_refined=stop_after_refined)
     return build_document(space, state, top=top, baseline_plan=baseline_plan)
