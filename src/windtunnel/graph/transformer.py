@@ -265,8 +265,10 @@ class _Builder:
             down = self.memory("unsort_by_expert", received * m.hidden, (down,), passes=2.0, host_ops=3.0)
         combine = (self.comm("combine", "all_to_all", "ep", ACT_BYTES * routed_tokens * m.hidden, (down,), fanout)
                    if s.ep > 1 else down)
-        unpermute = self.memory("unpermute", tokens * moe.topk * m.hidden, (combine,), passes=2.0,
-                                saved=ACT_BYTES * tokens * moe.topk * m.hidden)
+        # The routing probabilities are applied inside the expert activation (Megatron-Core's fused
+        # weighted SwiGLU takes the permuted probabilities), whose saved input already gives their
+        # gradient; the unpermutation only scatters and sums, so it keeps nothing for the backward.
+        unpermute = self.memory("unpermute", tokens * moe.topk * m.hidden, (combine,), passes=2.0)
         ends = [unpermute]
         if moe.shared_experts:
             width = moe.shared_ffn_hidden or moe.ffn_hidden
