@@ -35,6 +35,9 @@ class Plan(BaseModel):
     mbs: PositiveInt = 1
     recompute: Recompute = "selective"
     recompute_layers: int = Field(default=-1, ge=-1)
+    # With recompute=selective, the modules re-run, '+'-separated (Megatron's --recompute-modules):
+    # core_attn, mla_up_proj, layernorm, moe_act, mlp. Empty: core_attn (and mla_up_proj with MLA).
+    recompute_modules: str = ""
     sp: bool = True
     zero: int = Field(default=1, ge=0, le=3)
     tp_overlap: bool = False
@@ -78,6 +81,8 @@ class Plan(BaseModel):
             parts.append(f"order={self.order}")
         if self.recompute_layers >= 0:
             parts.append(f"recompute_layers={self.recompute_layers}")
+        if self.recompute_modules:
+            parts.append(f"recompute_modules={self.recompute_modules}")
         return ",".join(parts)
 
     def short(self) -> str:
@@ -88,6 +93,8 @@ class Plan(BaseModel):
             if getattr(self, name) != 1:
                 parts.append(f"{name}={getattr(self, name)}")
         parts.append(f"recompute={self.recompute}" + (f":{self.recompute_layers}" if self.recompute_layers >= 0 else ""))
+        if self.recompute_modules:
+            parts.append(f"recompute_modules={self.recompute_modules}")
         if self.sequence_parallel:
             parts.append("sp")
         if self.tp_overlap and self.sequence_parallel:
@@ -122,6 +129,7 @@ _ALIASES = {
     "recompute-layers": "recompute_layers", "pipeline": "schedule", "graphs": "cuda_graphs",
     "cuda_graph": "cuda_graphs", "cuda-graphs": "cuda_graphs", "moe_a2a_overlap": "ep_overlap",
     "overlap_moe_expert_parallel_comm": "ep_overlap", "ep-overlap": "ep_overlap",
+    "recompute-modules": "recompute_modules", "modules": "recompute_modules",
 }
 _BOOLS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False, "on": True, "off": False}
 
@@ -156,7 +164,8 @@ def parse_plan(text: str | dict | Plan) -> Plan:
             value = _BOOLS[value.lower()]
         if key == "zero" and isinstance(value, str) and value.lower() in ("true", "false"):
             value = 1 if value.lower() == "true" else 0
-        if key in ("recompute", "schedule", "precision", "dispatcher", "cuda_graphs", "order") and isinstance(value, str):
+        if key in ("recompute", "schedule", "precision", "dispatcher", "cuda_graphs", "order", "recompute_modules") \
+                and isinstance(value, str):
             value = value.lower()
         data[key] = value
     from windtunnel.specs.validation import build
@@ -272,6 +281,16 @@ def _check_batch(plan: Plan, devices: int, seq_len: int, global_batch: int, dp: 
         if micro_batches < 2:
             fail("ep_overlap", "Plan field 'ep_overlap' pairs a forward with an earlier micro-batch's backward, so it "
                  f"needs at least 2 micro-batches per step, got {micro_batches}.")
+    if plan.recompute_modules:
+        from windtunnel.train.layers import RECOMPUTE_MODULES
+
+        if plan.recompute != "selective":
+            fail("recompute_modules", f"Plan field 'recompute_modules' ({plan.recompute_modules}) applies to "
+                 f"recompute=selective only, got recompute={plan.recompute}.")
+        bad = [m for m in plan.recompute_modules.split("+") if m not in RECOMPUTE_MODULES]
+        if bad:
+            fail("recompute_modules", f"Plan field 'recompute_modules' has unknown module(s) {', '.join(bad)}; valid: "
+                 f"{', '.join(RECOMPUTE_MODULES)}, joined by '+' (e.g. layernorm+moe_act).")
     if plan.recompute_layers > 0 and plan.recompute != "full":
         fail("recompute_layers", "recompute_layers applies to recompute=full only.")
     return plan.model_copy(update={"dp": dp})

@@ -25,16 +25,67 @@ SELECTIVE_OPS = ("core_attention", "core_attention_ring", "attn_scores", "attn_s
 # latent (Megatron's "mla_up_proj" module, DeepSeek-V3 report Sec. 3.2.3), so the per-head queries,
 # keys and values are not stored: only the compressed latents are.
 MLA_SELECTIVE_OPS = ("q_up_proj", "kv_up_proj", "rope")
-FLASH_OPS = ("core_attention", "core_attention_ring")
+# Megatron's selective recomputation modules (--recompute-modules). core_attn and mlp checkpoint a
+# region: its output stays stored, the tensors inside it are dropped and the region re-runs. The
+# others re-run a module and drop its output as well (Megatron's "output-discarding" recompute,
+# used for the cheap memory-bound and up-projection modules): the operators that consume it no
+# longer keep their input.
+RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "moe_act", "mlp")
+_REGION_MODULES = ("core_attn", "mlp")
 
 
 def _is_mla(forward: OpGraph) -> bool:
     return any(op.name == "kv_up_proj" for op in forward.ops)
 
 
-def selective_ops(forward: OpGraph) -> tuple[str, ...]:
-    """Names of the operators selective recomputation re-runs in this layer."""
-    return SELECTIVE_OPS + (MLA_SELECTIVE_OPS if _is_mla(forward) else ())
+def module_ops(forward: OpGraph, module: str) -> set[int]:
+    """Indices of the operators a recompute module re-runs in this layer."""
+    def wanted(op: Op) -> bool:
+        if module == "core_attn":
+            return op.name in SELECTIVE_OPS
+        if module == "mla_up_proj":
+            return op.name in MLA_SELECTIVE_OPS
+        if module == "layernorm":
+            return op.kind == "memory" and op.name.endswith("norm")
+        if module == "moe_act":
+            return op.name == "experts.act"
+        if module == "mlp":
+            return op.name.startswith("mlp.")
+        raise ValueError(f"unknown recompute module '{module}'")
+    return {i for i, op in enumerate(forward.ops) if wanted(op)}
+
+
+def selective_modules(forward: OpGraph, mode: str) -> tuple[str, ...]:
+    """The modules a selective mode re-runs: ``selective`` is core attention (and, with MLA, the
+    up-projections); ``selective[layernorm+moe_act]`` names them."""
+    if "[" in mode:
+        return tuple(mode[mode.index("[") + 1:-1].split("+"))
+    return ("core_attn", "mla_up_proj") if _is_mla(forward) else ("core_attn",)
+
+
+def recompute_selection(forward: OpGraph, mode: str) -> tuple[set[int], set[int]]:
+    """(operators re-run before the backward, operators whose saved activations are not kept)."""
+    rerun: set[int] = set()
+    dropped: set[int] = set()
+    for module in selective_modules(forward, mode):
+        ops = module_ops(forward, module)
+        rerun |= ops
+        for index in ops:
+            op = forward.ops[index]
+            inside = any(dep in ops for dep in op.deps)
+            if module == "core_attn":
+                # Checkpointed attention keeps its inputs (Q, K, V; with a ring, each block's) and
+                # drops only an unfused attention's score-sized tensors.
+                if op.kind == "memory":
+                    dropped.add(index)
+            elif inside:
+                dropped.add(index)
+        if module not in _REGION_MODULES:
+            # Output-discarding recompute: the consumers' stored inputs are regenerated.
+            dropped |= {i for i, op in enumerate(forward.ops) if i not in ops and any(d in ops for d in op.deps)}
+    return rerun, dropped
+
+
 COMM_STREAMS = ("tp", "cp", "ep", "dp")
 CATEGORY_OF_STREAM = {"tp": "tp_comm", "cp": "cp_comm", "ep": "ep_comm", "dp": "dp_comm", "pp": "pp_comm"}
 TP_OVERLAP_CHUNKS = 4
@@ -173,15 +224,15 @@ class LayerCoster:
 
 
 def recompute_graph(forward: OpGraph, mode: str) -> OpGraph:
-    """The forward work re-run before a backward: the whole layer (full) or core attention (selective)."""
+    """The forward work re-run before a backward: the whole layer (full) or the selective modules."""
     if mode == "full":
         return OpGraph([replace(op, phase="recompute", saved_bytes=0.0) for op in forward.ops])
-    if mode == "selective":
+    if mode.startswith("selective"):
         kept = OpGraph()
         index_map: dict[int, int] = {}
-        names = selective_ops(forward)
+        rerun, _ = recompute_selection(forward, mode)
         for index, op in enumerate(forward.ops):
-            if op.name in names:
+            if index in rerun:
                 deps = tuple(index_map[d] for d in op.deps if d in index_map)
                 index_map[index] = kept.add(replace(op, phase="recompute", saved_bytes=0.0, deps=deps))
         return kept
@@ -207,10 +258,9 @@ def saved_activation_bytes(forward: OpGraph, mode: str) -> float:
         first = forward.ops[0]
         # Only the layer input is checkpointed: the (SP-sharded) hidden state, 16-bit.
         return first.saved_bytes if first.kind == "memory" else 0.0
-    if mode == "selective":
-        # Checkpointing core attention keeps its inputs (Q, K, V) but not the score-sized
-        # softmax and dropout tensors in between (Korthikanti et al. 2022).
-        mla = _is_mla(forward)
-        return sum(op.saved_bytes for op in forward.ops
-                   if not (op.name in SELECTIVE_OPS and op.kind == "memory") and not (mla and op.name in FLASH_OPS))
+    if mode.startswith("selective"):
+        # Checkpointing core attention keeps its inputs (Q, K, V) but not the score-sized softmax
+        # and dropout tensors in between (Korthikanti et al. 2022); see recompute_selection.
+        _, dropped = recompute_selection(forward, mode)
+        return sum(op.saved_bytes for i, op in enumerate(forward.ops) if i not in dropped)
     return sum(op.saved_bytes for op in forward.ops)

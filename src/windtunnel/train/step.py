@@ -232,10 +232,13 @@ class _StepBuilder:
         return self._backward[key]
 
     def recompute_modes(self, count: int) -> list[str]:
-        """Recompute mode of each of a chunk's ``count`` layers (full for the first k when asked)."""
+        """Recompute mode of each of a chunk's ``count`` layers (full for the first k when asked;
+        ``selective[a+b]`` when the plan names its selective modules)."""
         plan = self.plan
         if plan.recompute == "full" and plan.recompute_layers >= 0:
             return ["full"] * min(count, plan.recompute_layers) + ["none"] * max(0, count - plan.recompute_layers)
+        if plan.recompute == "selective" and plan.recompute_modules:
+            return [f"selective[{plan.recompute_modules}]"] * count
         return [plan.recompute] * count
 
     # ---- chunks -------------------------------------------------------------------------------
