@@ -195,7 +195,8 @@ class LayerCoster:
                 count = pieces[oi]
                 duration = self.op_time(op) / count
                 stream = op.stream + suffix
-                issued = self._issue(engine, op, host_stream, [t for dep in op.deps for t in task_of[(gi, dep)]])
+                inputs = [t for dep in op.deps for t in task_of[(gi, dep)]] if op.host_sync else []
+                issued = self._issue(engine, op, host_stream, inputs)
                 tasks = []
                 for piece in range(count):
                     deps: list[int] = [] if issued is None else [issued]
