@@ -116,3 +116,20 @@ def test_config_directory_loads(tmp_path):
     (folder / "config.json").write_text((HF / "mixtral-8x7b.json").read_text())
     m = load_model(str(folder))
     assert m.id == "my-model" and m.moe.experts == 8
+
+
+def test_gpt_oss_config_matches_catalog():
+    """A GPT-OSS config.json (the fields of openai/gpt-oss-120b's, as cited in the catalog) loads
+    with its alternating windows, expert biases and GLU clamp, and agrees with the catalog model."""
+    config = {
+        "model_type": "gpt_oss", "num_hidden_layers": 36, "hidden_size": 2880, "intermediate_size": 2880,
+        "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64, "vocab_size": 201088,
+        "num_local_experts": 128, "num_experts_per_tok": 4, "max_position_embeddings": 131072,
+        "sliding_window": 128, "layer_types": ["sliding_attention", "full_attention"] * 18,
+        "attention_bias": True, "tie_word_embeddings": False, "swiglu_limit": 7.0,
+    }
+    hf = model_from_hf_config(config, "gpt-oss-120b")
+    cat = load_model("gpt-oss-120b")
+    assert hf.total_params() == cat.total_params() and hf.active_params() == cat.active_params()
+    assert (hf.attention_window, hf.windowed_layer_fraction) == (128, 0.5)
+    assert hf.moe.expert_bias and hf.moe.activation_clamp == 7.0 and hf.moe.dense_layers == 0

@@ -125,6 +125,10 @@ def _row_model(row: dict, notes: list[str]) -> ModelSpec:
         oss = load_model("gpt-oss-120b")
         data["attention_window"], data["windowed_layer_fraction"] = oss.attention_window, oss.windowed_layer_fraction
         notes.append("GPT-OSS alternating 128-token sliding window (catalog gpt-oss-120b)")
+        if "moe" in data and oss.moe is not None:
+            data["moe"]["expert_bias"] = oss.moe.expert_bias
+            data["moe"]["activation_clamp"] = oss.moe.activation_clamp
+            notes.append(f"GPT-OSS expert biases and GLU clamp {oss.moe.activation_clamp:g} (catalog gpt-oss-120b)")
     return ModelSpec.model_validate(data)
 
 

@@ -82,11 +82,12 @@ class _Builder:
 
     def memory(self, name: str, elements: float, deps: tuple[int, ...], *, passes: float = 2.0,
                saved: float = 0.0, flops_per_element: float = 1.0, host_ops: float = 1.0,
-               backward_host_ops: float | None = None, host_sync: bool = False) -> int:
+               backward_host_ops: float | None = None, host_sync: bool = False,
+               backward_bytes: float | None = None) -> int:
         return self.g.add(Op(name, "memory", flops=flops_per_element * elements,
                              bytes_moved=passes * ACT_BYTES * elements, saved_bytes=saved, deps=deps,
                              model_flops=False, host_ops=host_ops, backward_host_ops=backward_host_ops,
-                             host_sync=host_sync))
+                             host_sync=host_sync, backward_bytes=backward_bytes))
 
     def comm(self, name: str, kind: str, group: str, message_bytes: float, deps: tuple[int, ...], fanout: int = 1,
              host_ops: float = 1.0) -> int:
@@ -209,14 +210,44 @@ class _Builder:
 
     # -- feed-forward --------------------------------------------------------------------------
     def mlp_ops(self, prefix: str, tokens: int, width: int, deps: tuple[int, ...], count: int = 1,
-                sp_input: bool = False) -> int:
-        """Up (and gate) projection, activation, down projection: returns the down projection's index."""
+                sp_input: bool = False, clamp: bool = False, bias: bool = False) -> int:
+        """Up (and gate) projection, activation, down projection: returns the index of the op whose
+        output is the MLP's. ``clamp``: the GLU input is clipped first (GPT-OSS); ``bias``: the
+        projections carry per-expert biases (GPT-OSS), ``count`` being the local experts."""
         m = self.model
         up_width = 2 * width if m.activation == "swiglu" else width
         up = self.gemm(prefix + ".up_proj", tokens, up_width, m.hidden, deps, count=count, sp_input=sp_input)
-        act_saved = ACT_BYTES * tokens * up_width * count
-        act = self.memory(prefix + ".act", tokens * up_width * count, (up,), passes=1.5, saved=act_saved)
-        return self.gemm(prefix + ".down_proj", tokens, m.hidden, width, (act,), count=count)
+        up_elements = tokens * up_width * count
+        act_input = up
+        if clamp:
+            # Megatron-Core 0.14/0.15 (fused_bias_geglu.weighted_bias_quick_geglu_impl) clips the two
+            # GLU halves with two clamps and concatenates them before its fused kernel: each half read
+            # and written, then the whole (4 passes). The backward masks each half's gradient (read
+            # gradient and input, write) and concatenates them again (5 passes). The clamps keep the
+            # unclipped projection output for their backward, beside the fused kernel's saved input.
+            act_input = self.memory(prefix + ".act_clamp", up_elements, (up,), passes=4.0,
+                                    saved=ACT_BYTES * up_elements, host_ops=4.0,
+                                    backward_bytes=5.0 * ACT_BYTES * up_elements, backward_host_ops=3.0)
+        act_saved = ACT_BYTES * up_elements
+        # The same function builds its linear-offset constant with torch.tensor(..., device=cuda) on
+        # every call: a blocking host-to-device copy, so the host waits for the device there.
+        act = self.memory(prefix + ".act", up_elements, (act_input,), passes=1.5, saved=act_saved,
+                          host_ops=2.0 if clamp else 1.0, host_sync=clamp, backward_host_ops=1.0)
+        down = self.gemm(prefix + ".down_proj", tokens, m.hidden, width, (act,), count=count)
+        if not bias:
+            return down
+        # The up projection's bias rides in the grouped GEMM's epilogue, but Megatron-Core's
+        # TEGroupedMLP adds the down projection's (skip_bias_add) in a Python loop over the local
+        # experts, weighted by the routing probability: per expert t + b * p in fp32, then a
+        # concatenation and a cast back to 16 bits. Forward bytes per output element: 4 (b * p)
+        # + 10 (the add) + 8 (concatenate) + 6 (cast) = 28. Backward: 6 (cast) + 6 (cast of t's
+        # gradient) + 12 + 12 (the two products and reductions for the bias and probability
+        # gradients) + 4 (re-concatenating t's gradient) = 40, plus TE's per-expert bias gradient of
+        # the up projection, one read of its output gradient.
+        elements = tokens * m.hidden * count
+        return self.memory(prefix + ".bias", elements, (down,), passes=14.0,
+                           backward_bytes=40.0 * elements + ACT_BYTES * up_elements,
+                           host_ops=2.0 * count + 5.0, backward_host_ops=6.0 * count + 3.0)
 
     def dense_mlp(self, x: tuple[int, ...]) -> tuple[int, ...]:
         m, s = self.model, self.s
@@ -260,7 +291,8 @@ class _Builder:
             # Tokens arrive grouped by source rank; they are regrouped by local expert before the
             # grouped GEMM, and back before the combine (Megatron's sort_chunks_by_idxs).
             expert_input = (self.memory("sort_by_expert", received * m.hidden, (dispatch,), passes=2.0, host_ops=2.0),)
-        down = self.mlp_ops("experts", per_expert, moe.ffn_hidden, expert_input, count=local_experts)
+        down = self.mlp_ops("experts", per_expert, moe.ffn_hidden, expert_input, count=local_experts,
+                            clamp=moe.activation_clamp is not None, bias=moe.expert_bias)
         if s.ep > 1 and local_experts > 1:
             down = self.memory("unsort_by_expert", received * m.hidden, (down,), passes=2.0, host_ops=3.0)
         combine = (self.comm("combine", "all_to_all", "ep", ACT_BYTES * routed_tokens * m.hidden, (down,), fanout)

@@ -26,6 +26,10 @@ class MoESpec(BaseModel):
     ffn_hidden: PositiveInt
     shared_ffn_hidden: PositiveInt | None = None
     dense_layers: NonNegativeInt = 0
+    # Routed experts whose projections carry biases (GPT-OSS), and the limit a clamped GLU clips
+    # its gate and linear inputs to before the activation (GPT-OSS's swiglu_limit, 7.0).
+    expert_bias: bool = False
+    activation_clamp: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _check(self) -> MoESpec:
@@ -126,8 +130,14 @@ class ModelSpec(BaseModel):
         return mats * self.hidden * width
 
     def expert_params(self) -> int:
-        """Parameters of one routed expert."""
-        return self.mlp_params(self.moe.ffn_hidden) if self.moe else 0
+        """Parameters of one routed expert (with its biases where the experts carry them)."""
+        if not self.moe:
+            return 0
+        biases = 0
+        if self.moe.expert_bias:
+            up_width = 2 * self.moe.ffn_hidden if self.activation == "swiglu" else self.moe.ffn_hidden
+            biases = up_width + self.hidden
+        return self.mlp_params(self.moe.ffn_hidden) + biases
 
     def shared_expert_params(self) -> int:
         """Parameters of all shared experts of one MoE layer."""
@@ -175,11 +185,13 @@ def model_names() -> list[str]:
     return sorted(_catalog_models())
 
 
-_HF_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "deepseek_v2", "deepseek_v3")
+_HF_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "deepseek_v2", "deepseek_v3",
+                "gpt_oss")
 
 
 def model_from_hf_config(config: dict, model_id: str = "hf-model") -> ModelSpec:
-    """Build a ModelSpec from a Hugging Face ``config.json`` (Llama, Qwen2/3, Qwen3-MoE, Mixtral, DeepSeek-V2/V3)."""
+    """Build a ModelSpec from a Hugging Face ``config.json`` (Llama, Qwen2/3, Qwen3-MoE, Mixtral, DeepSeek-V2/V3,
+    GPT-OSS)."""
     family = str(config.get("model_type", "")).lower()
     if family not in _HF_FAMILIES:
         raise WindtunnelError(
@@ -213,7 +225,23 @@ def model_from_hf_config(config: dict, model_id: str = "hf-model") -> ModelSpec:
     if window and config.get("use_sliding_window", family in ("mistral", "mixtral")):
         data["attention_window"] = int(window)
         data["windowed_layer_fraction"] = 1.0
-    if family == "mixtral":
+    layer_types = config.get("layer_types")
+    if family == "gpt_oss" and window and layer_types:
+        # GPT-OSS alternates sliding-window and full-attention layers (layer_types).
+        data["attention_window"] = int(window)
+        data["windowed_layer_fraction"] = sum(kind == "sliding_attention" for kind in layer_types) / len(layer_types)
+    if family == "gpt_oss":
+        # Every layer is a mixture of experts; the experts' projections carry biases and their GLU
+        # input is clipped to swiglu_limit.
+        limit = config.get("swiglu_limit")
+        data["moe"] = {
+            "experts": int(config["num_local_experts"]),
+            "topk": int(config["num_experts_per_tok"]),
+            "ffn_hidden": data["ffn_hidden"],
+            "expert_bias": True,
+            "activation_clamp": float(limit) if limit else None,
+        }
+    elif family == "mixtral":
         data["moe"] = {
             "experts": int(config["num_local_experts"]),
             "topk": int(config["num_experts_per_tok"]),

@@ -48,7 +48,8 @@ def module_ops(forward: OpGraph, module: str) -> set[int]:
         if module == "layernorm":
             return op.kind == "memory" and op.name.endswith("norm")
         if module == "moe_act":
-            return op.name == "experts.act"
+            # Megatron checkpoints the whole bias-activation function, the GLU clamps included.
+            return op.name in ("experts.act", "experts.act_clamp")
         if module == "mlp":
             return op.name.startswith("mlp.")
         raise ValueError(f"unknown recompute module '{module}'")
