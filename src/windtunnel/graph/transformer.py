@@ -242,12 +242,11 @@ class _Builder:
         # concatenation and a cast back to 16 bits. Forward bytes per output element: 4 (b * p)
         # + 10 (the add) + 8 (concatenate) + 6 (cast) = 28. Backward: 6 (cast) + 6 (cast of t's
         # gradient) + 12 + 12 (the two products and reductions for the bias and probability
-        # gradients) + 4 (re-concatenating t's gradient) = 40, plus TE's per-expert bias gradient of
-        # the up projection, one read of its output gradient.
+        # gradients) + 4 (re-concatenating t's gradient) = 40. (TE folds the up projection's bias
+        # gradient into its weight-gradient GEMM.)
         elements = tokens * m.hidden * count
-        return self.memory(prefix + ".bias", elements, (down,), passes=14.0,
-                           backward_bytes=40.0 * elements + ACT_BYTES * up_elements,
-                           host_ops=2.0 * count + 5.0, backward_host_ops=6.0 * count + 3.0)
+        return self.memory(prefix + ".bias", elements, (down,), passes=14.0, backward_bytes=40.0 * elements,
+                           host_ops=2.0 * count + 5.0, backward_host_ops=5.0 * count + 3.0)
 
     def dense_mlp(self, x: tuple[int, ...]) -> tuple[int, ...]:
         m, s = self.model, self.s
