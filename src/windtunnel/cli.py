@@ -117,6 +117,8 @@ def train_search(
     unfused_loss: bool = typer.Option(False, "--unfused-loss", help=UNFUSED_LOSS_HELP),
     cuda_graphs: str = typer.Option("none", help="How kernels are issued in every plan: none (eager), modules "
                                     "(attention, dense MLP, MoE router captured) or full (whole-step graph)."),
+    grads: str = typer.Option("fp32", help="Main-gradient dtype in every plan (fp32 or bf16; also the DP reduction)."),
+    moments: str = typer.Option("fp32", help="Adam moment dtype in every plan (fp32 or bf16)."),
     backend: str = typer.Option("local", help="local (processes on this machine) or ray."),
     address: str | None = typer.Option(None, help="Ray cluster address ('auto' joins a running cluster)."),
     workers: int | None = typer.Option(None, help="Local processes (default: all cores)."),
@@ -140,6 +142,9 @@ def train_search(
         raise WindtunnelError(f"Field 'precision' is '{precision}'; valid: bf16, fp16, fp8.", field="precision")
     if cuda_graphs not in ("none", "modules", "full"):
         raise WindtunnelError(f"Field 'cuda_graphs' is '{cuda_graphs}'; valid: none, modules, full.", field="cuda_graphs")
+    for name, value in (("grads", grads), ("moments", moments)):
+        if value not in ("fp32", "bf16"):
+            raise WindtunnelError(f"Field '{name}' is '{value}'; valid: fp32, bf16.", field=name)
     spec, dag = resolve_model(model)
     if dag is not None:
         raise WindtunnelError("Plan search needs a transformer model (catalog, YAML or config.json), not an operator DAG.")
@@ -147,7 +152,7 @@ def train_search(
     cluster.chip.peak(precision)
     space = SearchSpace(spec, cluster, seq_len, global_batch, precision=precision, moe_imbalance=moe_imbalance,
                         choices=_parse_pins(pin), flash_attention=not no_flash, fused_loss=not unfused_loss,
-                        cuda_graphs=cuda_graphs)
+                        cuda_graphs=cuda_graphs, grads=grads, moments=moments)
     state_path = state or Path(f".windtunnel-search-{space.fingerprint()}.json")
     runner = make_backend(backend, address=address, workers=workers)
     show = not as_json and sys.stderr.isatty()

@@ -191,8 +191,8 @@ def build_job(row: dict, *, fitted_override: dict | None = None) -> tuple[Traini
     notes.append("cross-entropy " + ("fused (NeMo / Megatron-Bridge default)" if fused_loss
                                      else "unfused fp32 (Megatron-LM default, or a stack without a fused loss)"))
     bf16_reduce = any(name in source for name in BF16_GRAD_REDUCE_SOURCES)
-    notes.append("gradients reduced in " + ("bf16 (the recipe sets grad_reduce_in_fp32=False)" if bf16_reduce
-                                            else "fp32 (Megatron default)"))
+    notes.append("main gradients " + ("bf16, reduced in bf16 (the recipe sets grad_reduce_in_fp32=False)" if bf16_reduce
+                                      else "fp32, reduced in fp32 (Megatron default)"))
     if legacy:
         notes.append("attention unfused (the source predates FlashAttention in Megatron)")
     elif unfused:
@@ -209,11 +209,11 @@ def build_job(row: dict, *, fitted_override: dict | None = None) -> tuple[Traini
 
     def make(mode: str, layers: int = -1) -> TrainingJob:
         plan = Plan(tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, recompute=mode, recompute_layers=layers, sp=sp,
-                    zero=zero, tp_overlap=overlap, precision=precision if precision in ("bf16", "fp16", "fp8") else "bf16")
+                    zero=zero, tp_overlap=overlap, precision=precision if precision in ("bf16", "fp16", "fp8") else "bf16",
+                    grads="bf16" if bf16_reduce else "fp32")
         return TrainingJob(model=model, cluster=cluster, plan=plan, seq_len=seq_len,
                            global_batch=_int(row, "global_batch"), flash_attention=not unfused, fused_loss=fused_loss,
-                           moe_imbalance=imbalance, fitted_override=fitted_override,
-                           grad_reduce_bytes=2.0 if bf16_reduce else 4.0)
+                           moe_imbalance=imbalance, fitted_override=fitted_override)
 
     if recompute:
         return make(recompute), notes, None

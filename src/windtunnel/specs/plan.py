@@ -49,6 +49,12 @@ class Plan(BaseModel):
     precision: Literal["bf16", "fp16", "fp8"] = "bf16"
     dispatcher: Literal["alltoall", "deepep"] = "deepep"
     cuda_graphs: CudaGraphs = "none"
+    # Data types of the optimizer's state: the main gradients (Megatron's grad buffers, which are
+    # also what data parallelism reduces; bf16 with --grad-reduce-in-bf16, Megatron-Bridge's
+    # grad_reduce_in_fp32=False) and Adam's two moments (bf16 with --use-precision-aware-optimizer
+    # --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16, as DeepSeek-V3 trains). Master weights stay fp32.
+    grads: Literal["fp32", "bf16"] = "fp32"
+    moments: Literal["fp32", "bf16"] = "fp32"
     order: str = "tp-cp-dp-pp"
 
     @field_validator("order")
@@ -77,6 +83,10 @@ class Plan(BaseModel):
             parts.append("ep_overlap=true")
         if self.cuda_graphs != "none":
             parts.append(f"cuda_graphs={self.cuda_graphs}")
+        if self.grads != "fp32":
+            parts.append(f"grads={self.grads}")
+        if self.moments != "fp32":
+            parts.append(f"moments={self.moments}")
         if self.order != "tp-cp-dp-pp":
             parts.append(f"order={self.order}")
         if self.recompute_layers >= 0:
@@ -104,7 +114,7 @@ class Plan(BaseModel):
             parts.append("dualpipe")
         if self.ep_overlap:
             parts.append("ep_overlap")
-        for name in ("precision", "cuda_graphs", "order"):
+        for name in ("precision", "cuda_graphs", "grads", "moments", "order"):
             if getattr(self, name) != getattr(default, name):
                 parts.append(f"{name}={getattr(self, name)}")
         return ",".join(parts)
@@ -130,6 +140,8 @@ _ALIASES = {
     "cuda_graph": "cuda_graphs", "cuda-graphs": "cuda_graphs", "moe_a2a_overlap": "ep_overlap",
     "overlap_moe_expert_parallel_comm": "ep_overlap", "ep-overlap": "ep_overlap",
     "recompute-modules": "recompute_modules", "modules": "recompute_modules",
+    "grad_dtype": "grads", "main_grads": "grads", "main_grads_dtype": "grads",
+    "moments_dtype": "moments", "exp_avg_dtype": "moments", "adam_moments": "moments",
 }
 _BOOLS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False, "on": True, "off": False}
 
@@ -164,8 +176,8 @@ def parse_plan(text: str | dict | Plan) -> Plan:
             value = _BOOLS[value.lower()]
         if key == "zero" and isinstance(value, str) and value.lower() in ("true", "false"):
             value = 1 if value.lower() == "true" else 0
-        if key in ("recompute", "schedule", "precision", "dispatcher", "cuda_graphs", "order", "recompute_modules") \
-                and isinstance(value, str):
+        if key in ("recompute", "schedule", "precision", "dispatcher", "cuda_graphs", "order", "recompute_modules",
+                   "grads", "moments") and isinstance(value, str):
             value = value.lower()
         data[key] = value
     from windtunnel.specs.validation import build

@@ -23,7 +23,7 @@ from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.hardware import Cluster
 from windtunnel.specs.model import ModelSpec
 from windtunnel.specs.plan import Plan
-from windtunnel.train.memory import FRAGMENTATION, FRAMEWORK_RESERVE_BYTES, GRAD_BUCKET_BYTES
+from windtunnel.train.memory import FRAGMENTATION, FRAMEWORK_RESERVE_BYTES, WEIGHT_BYTES, StateBytes
 from windtunnel.train.placement import place_plan
 from windtunnel.train.result import TrainingResult
 from windtunnel.train.step import TrainingJob, _StepBuilder, simulate
@@ -61,6 +61,8 @@ class SearchSpace:
     flash_attention: bool = True
     fused_loss: bool = True
     cuda_graphs: str = "none"
+    grads: str = "fp32"
+    moments: str = "fp32"
 
     def __post_init__(self) -> None:
         model, cluster = self.model, self.cluster
@@ -116,6 +118,7 @@ class SearchSpace:
         doc = {"model": self.model.model_dump(), "cluster": self.cluster.model_dump(), "seq": self.seq_len,
                "batch": self.global_batch, "precision": self.precision, "imbalance": self.moe_imbalance,
                "flash": self.flash_attention, "fused_loss": self.fused_loss, "cuda_graphs": self.cuda_graphs,
+               "grads": self.grads, "moments": self.moments,
                "values": {k: [str(v) for v in vs] for k, vs in self.values.items()}}
         return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -142,7 +145,7 @@ class SearchSpace:
                     zero=int(row["zero"]), sp=bool(row["sp"]), tp_overlap=bool(row["tp_overlap"]),
                     schedule=self.values["schedule"][int(row["schedule"])],
                     order=self.values["order"][int(row["order"])], precision=self.precision,
-                    cuda_graphs=self.cuda_graphs)
+                    cuda_graphs=self.cuda_graphs, grads=self.grads, moments=self.moments)
 
 
 # ---- pruning ---------------------------------------------------------------------------------------
@@ -378,6 +381,7 @@ class Screen:
     def evaluate(self, c: dict[str, np.ndarray], shard_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(estimated step seconds, estimated peak bytes per device) for every candidate of a pruned chunk."""
         space, model = self.space, self.space.model
+        states = StateBytes.of(space.grads, space.moments)
         n = len(c["tp"])
         devices = space.cluster.devices
         tp, pp, vpp, cp, ep, mbs, zero = (c[d].astype(np.int64) for d in ("tp", "pp", "vpp", "cp", "ep", "mbs", "zero"))
@@ -441,16 +445,14 @@ class Screen:
                 z = zero[idx]
                 shard_dp = (dp * cp)[idx]
                 edp = expert_dp[idx]
-                weights = 2.0 * (dense_p / np.where(z >= 3, shard_dp, 1) + expert_p / np.where(z >= 3, edp, 1))
-                grads = 4.0 * (dense_p / np.where(z >= 2, shard_dp, 1) + expert_p / np.where(z >= 2, edp, 1))
-                opt = 12.0 * (dense_p / np.where(z >= 1, shard_dp, 1) + expert_p / np.where(z >= 1, edp, 1))
-                buffers = FRAMEWORK_RESERVE_BYTES + np.where(z < 3, GRAD_BUCKET_BYTES, 0.0)
+                weights, grads, opt = states.sharded(dense_p, shard_dp, expert_p, edp, z)
+                buffers = FRAMEWORK_RESERVE_BYTES + np.where(z < 3, states.bucket_bytes(), 0.0)
                 if model.moe:
                     routed = 2.0 * (col["p2p_bytes"][idx] / 2.0) * model.moe.topk * space.moe_imbalance
                     buffers = buffers + np.where(ep[idx] > 1, routed, 0.0)
                 if zero.max() >= 3:
                     layer_p = (sub["pd.moe" if model.moe else "pd.dense"] + sub["pe.moe" if model.moe else "pe.dense"])
-                    buffers = buffers + np.where(z >= 3, 2 * layer_p * 2.0, 0.0)
+                    buffers = buffers + np.where(z >= 3, 2 * layer_p * WEIGHT_BYTES, 0.0)
                 mem = weights + grads + opt + act * in_flight * FRAGMENTATION + buffers
                 memory[idx] = np.maximum(memory[idx], mem)
                 f_stage[idx] = np.maximum(f_stage[idx], fwd)
@@ -471,11 +473,13 @@ class Screen:
 
         p2p = comm(("p2p"), col["p2p_bytes"])
         sync_kind_ar = zero == 0
-        sync = np.where(sync_kind_ar, comm(("dp", "all_reduce"), heavy_dense * 4.0) + comm(("edp", "all_reduce"), heavy_expert * 4.0),
-                        comm(("dp", "reduce_scatter"), heavy_dense * 4.0)
-                        + comm(("edp", "reduce_scatter"), heavy_expert * 4.0))
+        g = states.grads
+        sync = np.where(sync_kind_ar, comm(("dp", "all_reduce"), heavy_dense * g) + comm(("edp", "all_reduce"), heavy_expert * g),
+                        comm(("dp", "reduce_scatter"), heavy_dense * g)
+                        + comm(("edp", "reduce_scatter"), heavy_expert * g))
+        w = WEIGHT_BYTES
         gather = np.where((zero == 1) | (zero == 2),
-                          comm(("dp", "all_gather"), heavy_dense * 2.0) + comm(("edp", "all_gather"), heavy_expert * 2.0),
+                          comm(("dp", "all_gather"), heavy_dense * w) + comm(("edp", "all_gather"), heavy_expert * w),
                           0.0)
         cycle = f_stage + b_stage
         steady = np.where(dualpipe, cycle * np.minimum(col["fused_ratio"], 1.0), cycle)
@@ -485,10 +489,10 @@ class Screen:
                      (micro + pp - 1) * cycle + 2 * (pp - 1) * p2p))
         layer_f = f_stage / heavy_layers
         layer_b = b_stage / heavy_layers
-        ag_layer = comm(("dp", "all_gather"), heavy_dense * 2.0 / heavy_layers) + comm(
-            ("edp", "all_gather"), heavy_expert * 2.0 / heavy_layers)
-        rs_layer = comm(("dp", "reduce_scatter"), heavy_dense * 2.0 / heavy_layers) + comm(
-            ("edp", "reduce_scatter"), heavy_expert * 2.0 / heavy_layers)
+        ag_layer = comm(("dp", "all_gather"), heavy_dense * w / heavy_layers) + comm(
+            ("edp", "all_gather"), heavy_expert * w / heavy_layers)
+        rs_layer = comm(("dp", "reduce_scatter"), heavy_dense * w / heavy_layers) + comm(
+            ("edp", "reduce_scatter"), heavy_expert * w / heavy_layers)
         zero3 = micro * heavy_layers * (np.maximum(0.0, ag_layer - layer_f) + np.maximum(0.0, 2 * ag_layer - layer_b))
         zero2 = micro * heavy_layers * np.maximum(0.0, rs_layer - layer_b)
         exposed = np.where(zero >= 3, zero3,
@@ -497,7 +501,8 @@ class Screen:
                                     + np.maximum(0.0, gather - f_stage)))
         owned = heavy_dense / np.where(zero >= 1, dp * cp, 1) + heavy_expert / np.where(zero >= 1, expert_dp, 1)
         chip = space.cluster.chip
-        optimizer = owned * self.eff.optimizer_bytes_per_param / (chip.hbm_bandwidth * self.eff.memory_bandwidth)
+        optimizer = owned * states.optimizer_traffic(self.eff.optimizer_bytes_per_param) / (
+            chip.hbm_bandwidth * self.eff.memory_bandwidth)
         return pipe + exposed + optimizer, memory
 
 

@@ -29,7 +29,7 @@ from windtunnel.specs.model import ModelSpec
 from windtunnel.specs.plan import Plan, validate_plan
 from windtunnel.train.flops import model_flops_per_token
 from windtunnel.train.layers import ZERO, LayerCoster, Played, backward_with_recompute, saved_activation_bytes
-from windtunnel.train.memory import WEIGHT_BYTES, ParamShare, device_memory
+from windtunnel.train.memory import WEIGHT_BYTES, ParamShare, StateBytes, device_memory
 from windtunnel.train.placement import Placement, place_plan
 from windtunnel.train.result import TrainingResult
 from windtunnel.train.schedule import Block, in_flight_micro_batches, schedule_orders
@@ -49,7 +49,6 @@ class TrainingJob:
     flash_attention: bool = True
     fused_loss: bool = True
     moe_imbalance: float = 1.1
-    grad_reduce_bytes: float = 4.0
     fitted_override: dict | None = None
     keep_trace: bool = False
     extra_assumptions: tuple[str, ...] = field(default_factory=tuple)
@@ -122,6 +121,7 @@ class _StepBuilder:
         self.chip.peak(plan.precision)  # clear error if the chip lacks this precision
         self.placement: Placement = place_plan(plan, cluster)
         self.eff = efficiency_for(self.chip, job.fitted_override)
+        self.states = StateBytes.of(plan.grads, plan.moments)
         self.schedule = plan.pipeline_schedule
         self.micro_batches = job.global_batch // (plan.mbs * plan.dp)
         self.shard = Sharding(tp=plan.tp, sp=plan.sequence_parallel, cp=plan.cp, ep=plan.ep, micro_batch=plan.mbs,
@@ -299,7 +299,7 @@ class _StepBuilder:
     def dp_bucket_time(self, dense: float, expert: float) -> float:
         """Seconds to synchronise one bucket of gradients at the end of the step (ZeRO 0/1)."""
         kind = "all_reduce" if self.plan.zero == 0 else "reduce_scatter"
-        return self._dp_collective(kind, dense, expert, self.job.grad_reduce_bytes)
+        return self._dp_collective(kind, dense, expert, self.states.grads)
 
     def param_gather_time(self, dense: float, expert: float) -> float:
         """Seconds to all-gather updated 16-bit parameters after a sharded optimizer step (ZeRO 1/2)."""
@@ -373,7 +373,8 @@ class _StepBuilder:
             owned = sum(c.dense_params / (self.placement.dp.size if plan.zero >= 1 else 1)
                         + c.expert_params / (self.placement.expert_dp.size if plan.zero >= 1 else 1)
                         for (r, _), c in chunks.items() if r == rank)
-            duration = owned * self.eff.optimizer_bytes_per_param / (self.chip.hbm_bandwidth * self.eff.memory_bandwidth)
+            traffic = self.states.optimizer_traffic(self.eff.optimizer_bytes_per_param)
+            duration = owned * traffic / (self.chip.hbm_bandwidth * self.eff.memory_bandwidth)
             engine.task("optimizer", f"r{rank}", duration + self.eff.kernel_overhead_s, finals, category="optimizer")
         return engine.run(), chunks, flops
 
@@ -514,7 +515,8 @@ def simulate(job: TrainingJob) -> TrainingResult:
             dense, expert = builder.layer_params("moe" if model.moe else "dense")
             zero3 = 2 * (dense + expert) * WEIGHT_BYTES
         # DualPipe's two parameter copies are already in ``share``: each rank sums both of its chunks.
-        memory = device_memory(share, plan.zero, activations, buffers, zero3_working_bytes=zero3)
+        memory = device_memory(share, plan.zero, activations, buffers, zero3_working_bytes=zero3,
+                               states=builder.states)
         if worst is None or memory.total > worst[1].total:
             worst = (rank, memory)
     worst_rank, memory = worst
@@ -568,9 +570,10 @@ def _assumptions(job: TrainingJob, builder: _StepBuilder) -> list[str]:
                     else "unfused fp32 cross-entropy (Megatron-LM default: ~52 bytes of HBM traffic per logit)"),
         f"pipeline schedule {builder.schedule}; layers split as evenly as possible over "
         f"{plan.pp * (2 if builder.schedule == 'dualpipe' else plan.vpp)} chunks",
-        f"gradients reduced in {'fp32' if job.grad_reduce_bytes == 4 else '16-bit'}; ZeRO stage {plan.zero}; Adam with fp32 master weights",
-        "memory: 16-bit weights, fp32 main gradients, 12 bytes/param optimizer state; 2 GiB framework reserve; "
-        "5% allocator fragmentation on activations",
+        f"main gradients in {plan.grads} (also the DP reduction); ZeRO stage {plan.zero}; Adam with fp32 master "
+        f"weights and {plan.moments} moments",
+        f"memory: 16-bit weights, {builder.states.grads:.0f}-byte main gradients, {builder.states.optimizer:.0f} "
+        "bytes/param optimizer state; 2 GiB framework reserve; 5% allocator fragmentation on activations",
         "efficiencies from catalog/efficiency.yaml merged with catalog/calibration.yaml",
         f"host issues kernels {_GRAPHS[plan.cuda_graphs]}: {builder.eff.host_op_s * 1e6:.1f} us per framework op, "
         f"{builder.eff.host_library_call_s * 1e6:.0f} us per per-expert GEMM call"
