@@ -18,7 +18,6 @@ GRAD_BYTES = 4.0
 MASTER_BYTES = 4.0
 OPTIMIZER_BYTES = MASTER_BYTES + 2 * 4.0
 GRAD_BUCKET_ELEMENTS = 2 * 40e6      # Megatron DDP: two in-flight 40M-element buckets
-GRAD_BUCKET_BYTES = GRAD_BUCKET_ELEMENTS * GRAD_BYTES
 DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0}
 FRAMEWORK_RESERVE_BYTES = 2.0 * 2**30  # CUDA/CANN context, cuBLAS workspace, NCCL/HCCL buffers
 FRAGMENTATION = 1.05                 # caching-allocator fragmentation on dynamic (activation) memory
