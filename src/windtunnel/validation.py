@@ -34,6 +34,11 @@ FUSED_LOSS_SOURCES = ("NVIDIA/NeMo", "NVIDIA-NeMo/Megatron-Bridge")
 # Stacks whose performance recipes reduce gradients in bf16 (Megatron-Bridge's performance configs set
 # ddp.grad_reduce_in_fp32 = False for Llama 3, Qwen3, DeepSeek-V3 and GPT-OSS); Megatron's default is fp32.
 BF16_GRAD_REDUCE_SOURCES = ("NVIDIA-NeMo/Megatron-Bridge",)
+# Megatron-Bridge performance recipes that offload activations instead of recomputing them
+# (scripts/performance/configs/llama3 workload base configs: LLAMA3_70B_GB300_FP8_CS_BASE_CONFIG and
+# LLAMA3_70B_GB200_FP8_CS_BASE_CONFIG set micro_batch_size 2, use_megatron_fsdp and
+# cpu_offloading_num_layers 20 and 40), keyed by (model, hardware, recipe named in the row's notes).
+RECIPE_OFFLOAD_LAYERS = {("LLAMA3_70B", "gb300", "FP8-CS"): 20, ("LLAMA3_70B", "gb200", "FP8-CS"): 40}
 SINGLE_NODE = 8
 # Tokenizer sizes of model families, used when a row leaves the vocabulary blank (a public fact about
 # the model, not a fitted value).
@@ -207,16 +212,23 @@ def build_job(row: dict, *, fitted_override: dict | None = None) -> tuple[Traini
     notes.append(f"cluster {cluster.id} (chip default)")
     recompute = (row.get("recompute") or "").strip()
 
-    def make(mode: str, layers: int = -1) -> TrainingJob:
+    def make(mode: str, layers: int = -1, offload: int = 0) -> TrainingJob:
         plan = Plan(tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, recompute=mode, recompute_layers=layers, sp=sp,
                     zero=zero, tp_overlap=overlap, precision=precision if precision in ("bf16", "fp16", "fp8") else "bf16",
-                    grads="bf16" if bf16_reduce else "fp32")
+                    grads="bf16" if bf16_reduce else "fp32", offload_layers=offload)
         return TrainingJob(model=model, cluster=cluster, plan=plan, seq_len=seq_len,
                            global_batch=_int(row, "global_batch"), flash_attention=not unfused, fused_loss=fused_loss,
                            moe_imbalance=imbalance, fitted_override=fitted_override)
 
     if recompute:
         return make(recompute), notes, None
+    offload = next((layers for (name, chip, recipe), layers in RECIPE_OFFLOAD_LAYERS.items()
+                    if "Megatron-Bridge" in source and row["model"].startswith(name) and hardware == chip
+                    and recipe in row.get("notes", "")), 0)
+    if offload and _fits(make("none", offload=offload)):
+        notes.append(f"recompute blank: none, with the activations of {offload} layers offloaded to host memory "
+                     "(the Megatron-Bridge performance recipe's cpu_offloading_num_layers)")
+        return make("none", offload=offload), notes, None
     job, choice = _least_recompute(make, model.layers, pp * vpp)
     notes.append(f"recompute blank: {choice}")
     return job, notes, None

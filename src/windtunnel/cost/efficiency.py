@@ -59,6 +59,7 @@ class Efficiency:
     tree_bandwidth_factor: float = 0.5
     host_op_s: float = 0.0
     host_library_call_s: float = 0.0
+    host_link: float = 0.8
     sources: tuple[str, ...] = ()
 
     def gemm_efficiency(self, precision: str) -> float:
@@ -98,4 +99,5 @@ def efficiency_for(chip: Chip, fitted_override: dict | None = None) -> Efficienc
         optimizer_bytes_per_param=float(p["optimizer"]["bytes_per_param"]),
         host_op_s=float((p.get("host") or {}).get("op_s", 0.0)),
         host_library_call_s=float((p.get("host") or {}).get("library_call_s", 0.0)),
+        host_link=float(p.get("host_link_efficiency", 0.8)),
     )

@@ -43,6 +43,10 @@ class Chip(BaseModel):
     scale_up: Link
     scale_out: Link
     exp_per_s: PositiveFloat | None = None
+    # The device's link to host (CPU) memory, bytes/s per direction (PCIe or NVLink-C2C), and the
+    # host memory per device (bytes): what activation offloading can use. None where not catalogued.
+    host_link_bandwidth: PositiveFloat | None = None
+    host_memory_bytes: PositiveFloat | None = None
     default_cluster: str
     sources: dict[str, str]
 

@@ -55,6 +55,11 @@ class Plan(BaseModel):
     # --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16, as DeepSeek-V3 trains). Master weights stay fp32.
     grads: Literal["fp32", "bf16"] = "fp32"
     moments: Literal["fp32", "bf16"] = "fp32"
+    # Activation offloading (Megatron's --cpu-offloading-num-layers): the saved activations of the
+    # first N transformer layers go to host memory after their forward and come back for their
+    # backward, the copies overlapping the neighbouring layers' compute. As in Megatron it needs
+    # pp=1, no recomputation and no CUDA graphs; with it the recompute default is none.
+    offload_layers: int = Field(default=0, ge=0)
     order: str = "tp-cp-dp-pp"
 
     @field_validator("order")
@@ -87,6 +92,8 @@ class Plan(BaseModel):
             parts.append(f"grads={self.grads}")
         if self.moments != "fp32":
             parts.append(f"moments={self.moments}")
+        if self.offload_layers:
+            parts.append(f"offload_layers={self.offload_layers}")
         if self.order != "tp-cp-dp-pp":
             parts.append(f"order={self.order}")
         if self.recompute_layers >= 0:
@@ -114,6 +121,8 @@ class Plan(BaseModel):
             parts.append("dualpipe")
         if self.ep_overlap:
             parts.append("ep_overlap")
+        if self.offload_layers:
+            parts.append(f"offload_layers={self.offload_layers}")
         for name in ("precision", "cuda_graphs", "grads", "moments", "order"):
             if getattr(self, name) != getattr(default, name):
                 parts.append(f"{name}={getattr(self, name)}")
@@ -142,6 +151,7 @@ _ALIASES = {
     "recompute-modules": "recompute_modules", "modules": "recompute_modules",
     "grad_dtype": "grads", "main_grads": "grads", "main_grads_dtype": "grads",
     "moments_dtype": "moments", "exp_avg_dtype": "moments", "adam_moments": "moments",
+    "cpu_offloading_num_layers": "offload_layers", "offload": "offload_layers", "offload-layers": "offload_layers",
 }
 _BOOLS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False, "on": True, "off": False}
 
@@ -229,7 +239,7 @@ def validate_plan(plan: Plan, model: ModelSpec | None, devices: int, seq_len: in
              f"use pp*vpp <= {layers}.")
     if plan.vpp > 1 and plan.pp == 1:
         fail("vpp", f"Plan field 'vpp' is {plan.vpp} but pp is 1; interleaving needs pp > 1 (set vpp=1).")
-    return _check_batch(plan, devices, seq_len, global_batch, dp)
+    return _check_batch(_check_offload(plan, layers), devices, seq_len, global_batch, dp)
 
 
 def _check_shape(plan: Plan, model: ModelSpec, dp: int) -> None:
@@ -306,3 +316,27 @@ def _check_batch(plan: Plan, devices: int, seq_len: int, global_batch: int, dp: 
     if plan.recompute_layers > 0 and plan.recompute != "full":
         fail("recompute_layers", "recompute_layers applies to recompute=full only.")
     return plan.model_copy(update={"dp": dp})
+
+
+def _check_offload(plan: Plan, layers: int) -> Plan:
+    """Megatron's rules for activation offloading; an unstated recompute mode becomes none."""
+    if not plan.offload_layers:
+        return plan
+
+    def fail(field: str, message: str) -> None:
+        raise WindtunnelError(message, field=field)
+
+    if plan.offload_layers >= layers:
+        fail("offload_layers", f"Plan field 'offload_layers' is {plan.offload_layers}; the model has {layers} layers "
+             f"and the last one is never offloaded: valid values are 0 to {layers - 1}.")
+    if plan.pp > 1:
+        fail("offload_layers", f"Plan field 'offload_layers' needs pp=1 (Megatron offloads activations without "
+             f"pipeline parallelism), got pp={plan.pp}.")
+    if plan.cuda_graphs != "none":
+        fail("offload_layers", f"Plan field 'offload_layers' needs cuda_graphs=none, got {plan.cuda_graphs}.")
+    if "recompute" not in plan.model_fields_set:
+        plan = plan.model_copy(update={"recompute": "none"})
+    if plan.recompute != "none":
+        fail("offload_layers", f"Plan field 'offload_layers' cannot be combined with recompute={plan.recompute} "
+             "(Megatron: CPU offloading does not work with activation recomputation); use recompute=none.")
+    return plan

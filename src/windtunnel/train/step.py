@@ -72,6 +72,7 @@ class _Chunk:
     expert_params: float = 0.0
     bucket_params: list[tuple[float, float]] = field(default_factory=list)  # per backward piece (dense, expert)
     activation_bytes: float = 0.0
+    offloaded_bytes: float = 0.0  # activations held in host memory (activation offloading)
     modes: list[str] = field(default_factory=list)
 
 
@@ -122,6 +123,11 @@ class _StepBuilder:
         self.placement: Placement = place_plan(plan, cluster)
         self.eff = efficiency_for(self.chip, job.fitted_override)
         self.states = StateBytes.of(plan.grads, plan.moments)
+        if plan.offload_layers and not (self.chip.host_link_bandwidth and self.chip.host_memory_bytes):
+            raise WindtunnelError(
+                f"Plan field 'offload_layers' is {plan.offload_layers}, but chip '{self.chip.id}' has no host link "
+                "bandwidth or host memory in the catalog (host_link_bandwidth, host_memory_bytes); use "
+                "offload_layers=0 or give the chip those fields.", field="offload_layers")
         self.schedule = plan.pipeline_schedule
         self.micro_batches = job.global_batch // (plan.mbs * plan.dp)
         self.shard = Sharding(tp=plan.tp, sp=plan.sequence_parallel, cp=plan.cp, ep=plan.ep, micro_batch=plan.mbs,
@@ -271,14 +277,30 @@ class _StepBuilder:
         if chunk.position == chunk.path_length - 1:
             modules.append("head")
             modes.append("none")
+        offloaded = self.offloaded_modules(chunk, modules)
         forward = ZERO
         pieces = []
-        activations = 0.0
-        for kind, mode in zip(modules, modes, strict=True):
-            chunk.forward_pieces.append(self.played(kind, "fwd"))
-            forward = forward + chunk.forward_pieces[-1]
-            pieces.append(self.played(kind, f"bwd-{mode}"))
-            activations += saved_activation_bytes(self.forward_graphs[kind], mode)
+        activations = staging = 0.0
+        for index, (kind, mode) in enumerate(zip(modules, modes, strict=True)):
+            saved = saved_activation_bytes(self.forward_graphs[kind], mode)
+            forward_piece, backward_piece = self.played(kind, "fwd"), self.played(kind, f"bwd-{mode}")
+            if offloaded[index]:
+                # The copy to host runs beside the next module's forward and the copy back beside its
+                # backward (which comes first); only what they do not hide extends the step. One
+                # layer's activations stay staged on the device while they travel.
+                copy = saved / (self.chip.host_link_bandwidth * self.eff.host_link)
+                after = modules[index + 1], modes[index + 1]
+                out = max(0.0, copy - self.played(after[0], "fwd").time)
+                back = max(0.0, copy - self.played(after[0], f"bwd-{after[1]}").time)
+                forward_piece = forward_piece + Played(out, {"offload": out})
+                backward_piece = backward_piece + Played(back, {"offload": back})
+                chunk.offloaded_bytes += saved
+                staging = max(staging, saved)
+            else:
+                activations += saved
+            chunk.forward_pieces.append(forward_piece)
+            forward = forward + forward_piece
+            pieces.append(backward_piece)
             dense, expert = self.layer_params(kind)
             chunk.dense_params += dense
             chunk.expert_params += expert
@@ -291,9 +313,20 @@ class _StepBuilder:
         for piece in pieces:
             total = total + piece
         chunk.backward = total
-        chunk.activation_bytes = activations
+        chunk.activation_bytes = activations + staging
         chunk.layers = modules
         chunk.modes = modes
+
+    def offloaded_modules(self, chunk: _Chunk, modules: list[str]) -> list[bool]:
+        """Which of a chunk's modules have their activations offloaded: the first offload_layers
+        transformer layers of the model (offloading runs with pp=1, so the one chunk holds them all)."""
+        remaining = self.plan.offload_layers
+        flags = []
+        for kind in modules:
+            layer = kind not in ("embedding", "head")
+            flags.append(layer and remaining > 0)
+            remaining -= 1 if layer else 0
+        return flags
 
     # ---- pipeline -----------------------------------------------------------------------------
     def dp_bucket_time(self, dense: float, expert: float) -> float:
@@ -498,6 +531,7 @@ def simulate(job: TrainingJob) -> TrainingResult:
 
     # Memory: every rank, the worst one reported.
     worst = None
+    host_bytes = 0.0
     for rank in range(plan.pp):
         mine = [c for (r, _), c in chunks.items() if r == rank]
         share = ParamShare(dense=sum(c.dense_params for c in mine), expert=sum(c.expert_params for c in mine),
@@ -506,6 +540,7 @@ def simulate(job: TrainingJob) -> TrainingResult:
         in_flight = in_flight_micro_batches(builder.schedule, plan.pp, plan.vpp, rank, builder.micro_batches,
                                             ep_overlap=plan.ep_overlap)
         activations = per_chunk * in_flight
+        host_bytes = max(host_bytes, sum(c.offloaded_bytes for c in mine) / len(mine) * in_flight)
         buffers = 0.0
         if model.moe and plan.ep > 1:
             tokens_local = builder.shard.sp_tokens * model.moe.topk * model.hidden * ACT_BYTES
@@ -528,6 +563,10 @@ def simulate(job: TrainingJob) -> TrainingResult:
                   f"(weights {memory.weights / GIB:.1f}, gradients {memory.gradients / GIB:.1f}, optimizer "
                   f"{memory.optimizer / GIB:.1f}, activations {memory.activations / GIB:.1f}, buffers+reserve "
                   f"{(memory.buffers + memory.reserve) / GIB:.1f}), {capacity / GIB:.1f} GiB available")
+    elif host_bytes > (chip.host_memory_bytes or 0.0):
+        feasible = False
+        reason = (f"offloaded activations need {host_bytes / GIB:.1f} GiB of host memory per device "
+                  f"(offload_layers={plan.offload_layers}), {chip.host_memory_bytes / GIB:.1f} GiB available")
 
     if job.dag is not None:
         dag = job.dag
@@ -588,6 +627,12 @@ def _assumptions(job: TrainingJob, builder: _StepBuilder) -> list[str]:
     if plan.ep_overlap:
         out.append("EP all-to-all overlap: each steady-state forward runs with an earlier micro-batch's backward, "
                    "sharing the device (Megatron --overlap-moe-expert-parallel-comm)")
+    if plan.offload_layers:
+        chip = builder.chip
+        out.append(f"activation offloading: the first {plan.offload_layers} layers' saved activations go to host "
+                   f"memory at {chip.host_link_bandwidth * builder.eff.host_link / 1e9:.0f} GB/s each way "
+                   f"({chip.host_memory_bytes / 1e9:.0f} GB of host memory per device), each copy beside the next "
+                   "layer's forward or backward; one layer stays staged on the device")
     if plan.tp_overlap and not plan.sequence_parallel:
         out.append("tp_overlap ignored: chunked TP overlap needs sequence parallelism")
     out.extend(f"group {k}: {v}" for k, v in builder.placement.describe(job.cluster).items())
