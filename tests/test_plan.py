@@ -116,3 +116,21 @@ def test_expert_tensor_parallel_must_fit_the_devices():
     """ep=8 with etp=3 on 8 devices is impossible: a WindtunnelError naming 'etp'."""
     with pytest.raises(WindtunnelError, match="etp"):
         simulate_training("mixtral-8x7b", "h100-sxm", 8, seq_len=4096, global_batch=8, plan="ep=8,etp=3")
+
+
+def test_expert_parallelism_folds_over_tensor_parallel_ranks():
+    """Megatron's parallel folding: expert layers regroup a stage's tp*cp*dp ranks, so EP may exceed
+    dp*cp (Qwen3-235B on 256 H100 with TP2 PP8 EP32); the expert-data-parallel group shrinks to match."""
+    plan = validate_plan(parse_plan("tp=2,pp=8,ep=32,sp=true"), load_model("qwen3-235b-a22b"), 256, 4096, 2048)
+    assert plan.dp == 16
+    from windtunnel.specs.hardware import load_hardware
+    from windtunnel.train.placement import place_plan
+
+    placement = place_plan(plan, load_hardware("h100-sxm", 256))
+    assert placement.ep.size == 32 and placement.expert_dp.size == 1
+    with pytest.raises(WindtunnelError) as info:
+        validate_plan(parse_plan("tp=2,pp=8,ep=64,sp=true"), load_model("qwen3-235b-a22b"), 256, 4096, 2048)
+    assert info.value.field == "ep" and "tp*cp*dp = 32" in str(info.value)
+    with pytest.raises(WindtunnelError) as info:
+        validate_plan(parse_plan("tp=2,pp=8,ep=32,sp=false"), load_model("qwen3-235b-a22b"), 256, 4096, 2048)
+    assert info.value.field == "sp"

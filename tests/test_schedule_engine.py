@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
 
 import pytest
 
 from conftest import small_dense
 from windtunnel import simulate_training
+from windtunnel.cost.efficiency import _fitted
 from windtunnel.engine.core import Engine
 from windtunnel.specs.errors import WindtunnelError
+from windtunnel.specs.hardware import load_hardware
+from windtunnel.specs.model import load_model
+from windtunnel.specs.plan import parse_plan
 from windtunnel.train.schedule import (
     dualpipe,
     in_flight_micro_batches,
@@ -17,6 +22,7 @@ from windtunnel.train.schedule import (
     one_f_one_b,
     schedule_orders,
 )
+from windtunnel.train.step import TrainingJob, simulate
 
 
 def work_items(order):
@@ -264,3 +270,24 @@ def test_ep_overlap_hides_all_to_all_and_costs_memory(plan):
 def test_ep_overlap_outside_its_schedules_is_a_clear_error(plan, needle):
     with pytest.raises(WindtunnelError, match=needle):
         simulate_training("qwen3-30b-a3b", "gb200", 8, seq_len=4096, global_batch=32, plan=plan)
+
+
+def test_overlapped_all_to_alls_take_compute_units_from_the_overlapped_compute():
+    """With EP overlap the all-to-all kernels hold SMs (20 by the catalog's prior), so the overlapped
+    compute runs slower than the same blocks would with a free communication engine."""
+    kwargs = dict(seq_len=4096, global_batch=512, moe_imbalance=1.0)
+    plan = "tp=1,pp=1,ep=8,mbs=4,recompute=none,precision=fp8,ep_overlap=true"
+    carved = simulate_training("qwen3-30b-a3b", "gb200", 8, plan=plan, **kwargs)
+    free = copy.deepcopy(_fitted())
+    free.setdefault("chips", {}).setdefault("gb200", {})["overlap_comm_units"] = 0
+    job = TrainingJob(model=load_model("qwen3-30b-a3b"), cluster=load_hardware("gb200", 8), plan=parse_plan(plan),
+                      fitted_override=free, **kwargs)
+    uncarved = simulate(job)
+    assert carved.breakdown["compute"] > uncarved.breakdown["compute"]
+    assert carved.step_time_s > uncarved.step_time_s
+    # Without overlap nothing runs beside the compute: no carve-out.
+    plain = "tp=1,pp=1,ep=8,mbs=4,recompute=none,precision=fp8"
+    a = simulate_training("qwen3-30b-a3b", "gb200", 8, plan=plain, **kwargs)
+    b = simulate(TrainingJob(model=load_model("qwen3-30b-a3b"), cluster=load_hardware("gb200", 8),
+                             plan=parse_plan(plain), fitted_override=free, **kwargs))
+    assert a.step_time_s == b.step_time_s

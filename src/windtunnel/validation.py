@@ -19,7 +19,7 @@ from windtunnel.report.accuracy import summarize as summarize  # part of this mo
 from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.hardware import chip_names, load_chip, load_hardware
 from windtunnel.specs.model import ModelSpec, load_model
-from windtunnel.specs.plan import Plan
+from windtunnel.specs.plan import Plan, parse_plan
 from windtunnel.specs.yamlio import catalog_dir, write_atomic
 from windtunnel.train.flops import model_flops_per_token
 from windtunnel.train.step import TrainingJob, simulate
@@ -212,10 +212,22 @@ def build_job(row: dict, *, fitted_override: dict | None = None) -> tuple[Traini
     notes.append(f"cluster {cluster.id} (chip default)")
     recompute = (row.get("recompute") or "").strip()
 
+    # Optional column: further plan fields the source states (e.g. CUDA graphs, EP overlap, Adam
+    # moment precision, recompute modules), in --plan syntax.
+    options_text = (row.get("plan_options") or "").strip()
+    try:
+        options = parse_plan(options_text) if options_text else None
+    except WindtunnelError as exc:
+        return None, notes, f"plan_options: {exc}"
+    stated = {name: getattr(options, name) for name in options.model_fields_set} if options else {}
+    if stated:
+        notes.append(f"stated by the source: {options_text}")
+
     def make(mode: str, layers: int = -1, offload: int = 0) -> TrainingJob:
         plan = Plan(tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, recompute=mode, recompute_layers=layers, sp=sp,
                     zero=zero, tp_overlap=overlap, precision=precision if precision in ("bf16", "fp16", "fp8") else "bf16",
                     grads="bf16" if bf16_reduce else "fp32", offload_layers=offload)
+        plan = plan.model_copy(update=stated)
         return TrainingJob(model=model, cluster=cluster, plan=plan, seq_len=seq_len,
                            global_batch=_int(row, "global_batch"), flash_attention=not unfused, fused_loss=fused_loss,
                            moe_imbalance=imbalance, fitted_override=fitted_override)

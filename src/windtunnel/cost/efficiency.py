@@ -60,6 +60,7 @@ class Efficiency:
     host_op_s: float = 0.0
     host_library_call_s: float = 0.0
     host_link: float = 0.8
+    overlap_comm_units: int = 0
     sources: tuple[str, ...] = ()
 
     def gemm_efficiency(self, precision: str) -> float:
@@ -99,5 +100,6 @@ def efficiency_for(chip: Chip, fitted_override: dict | None = None) -> Efficienc
         optimizer_bytes_per_param=float(p["optimizer"]["bytes_per_param"]),
         host_op_s=float((p.get("host") or {}).get("op_s", 0.0)),
         host_library_call_s=float((p.get("host") or {}).get("library_call_s", 0.0)),
-        host_link=float(p.get("host_link_efficiency", 0.8)),
+        host_link=float(p["host_link_efficiency"]),
+        overlap_comm_units=int(p["overlap_comm_units"]),
     )

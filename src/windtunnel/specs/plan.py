@@ -228,11 +228,16 @@ def validate_plan(plan: Plan, model: ModelSpec | None, devices: int, seq_len: in
     layers = model.layers if model is not None else (layers or 1)
     if model is not None:
         _check_shape(plan, model, dp)
-    if (dp * plan.cp) % plan.ep:
-        experts = model.moe.experts if model is not None and model.moe else dp * plan.cp
-        fail("ep", f"Plan field 'ep' is {plan.ep}, which does not divide dp*cp = {dp * plan.cp} (EP regroups the "
-             f"data-parallel ranks); valid ep values: "
-             f"{', '.join(str(d) for d in _divisors(dp * plan.cp) if experts % d == 0)}.")
+    stage = plan.tp * plan.cp * dp
+    if stage % plan.ep:
+        experts = model.moe.experts if model is not None and model.moe else stage
+        fail("ep", f"Plan field 'ep' is {plan.ep}, which does not divide tp*cp*dp = {stage} (expert layers regroup "
+             f"a pipeline stage's ranks, Megatron's parallel folding); valid ep values: "
+             f"{', '.join(str(d) for d in _divisors(stage) if experts % d == 0)}.")
+    if plan.ep > dp * plan.cp and plan.tp > 1 and not plan.sp:
+        fail("sp", f"Plan field 'ep' is {plan.ep}, larger than dp*cp = {dp * plan.cp}, so expert groups span "
+             "tensor-parallel ranks; each of them must route its own share of the tokens, which needs sequence "
+             "parallelism (sp=true), as Megatron requires for MoE with TP.")
     chunks = plan.pp * plan.vpp
     if chunks > layers:
         fail("pp", f"Plan pp*vpp = {plan.pp}*{plan.vpp} = {chunks} exceeds the model's {layers} layers; "
@@ -263,7 +268,8 @@ def _check_shape(plan: Plan, model: ModelSpec, dp: int) -> None:
             fail("ep", f"Plan field 'ep' is {plan.ep} but model '{model.id}' has no experts; use ep=1.")
         if model.moe.experts % plan.ep:
             fail("ep", f"Plan field 'ep' is {plan.ep}, which does not divide the model's {model.moe.experts} experts; "
-                 f"valid ep values: {', '.join(str(d) for d in _divisors(model.moe.experts) if (dp * plan.cp) % d == 0)}.")
+                 f"valid ep values: "
+                 f"{', '.join(str(d) for d in _divisors(model.moe.experts) if (plan.tp * plan.cp * dp) % d == 0)}.")
 
 
 def _check_batch(plan: Plan, devices: int, seq_len: int, global_batch: int, dp: int) -> Plan:

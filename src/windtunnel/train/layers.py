@@ -182,6 +182,13 @@ class LayerCoster:
             engine.task("zero3_param_gather", "dp", zero3_gather, (), category="dp_comm")
         previous_sinks: tuple[int, ...] = ()
         primaries = ["compute"]
+        # Overlapped chunks run their all-to-alls beside the other chunk's compute: the communication
+        # kernels hold some compute units, and the compute runs on the rest.
+        carve = 1.0
+        eff = self.eff
+        if concurrent and len(graphs) > 1 and eff.overlap_comm_units and \
+                any(op.stream == "ep" for graph in graphs for op in graph.ops):
+            carve = eff.compute_units / max(1, eff.compute_units - eff.overlap_comm_units)
         for gi, graph in enumerate(graphs):
             suffix = f".{gi}" if concurrent and gi else ""
             if suffix:
@@ -194,7 +201,7 @@ class LayerCoster:
             host_stream = HOST_STREAM + suffix
             for oi, op in enumerate(graph.ops):
                 count = pieces[oi]
-                duration = self.op_time(op) / count
+                duration = self.op_time(op) / count * (1.0 if op.is_comm else carve)
                 stream = op.stream + suffix
                 inputs = [t for dep in op.deps for t in task_of[(gi, dep)]] if op.host_sync else []
                 issued = self._issue(engine, op, host_stream, inputs)

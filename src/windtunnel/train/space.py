@@ -175,7 +175,9 @@ def prune(space: SearchSpace, c: dict[str, np.ndarray]) -> tuple[np.ndarray, dic
         ("tp does not divide the FFN width", (model.dense_layers > 0) & (model.ffn_hidden % c["tp"] != 0)),
         ("pp*vpp exceeds the layers", c["pp"] * c["vpp"] > model.layers),
         ("ep does not divide the experts", (c["ep"] > 1) & ((model.moe.experts if model.moe else 1) % c["ep"] != 0)),
-        ("ep does not divide dp*cp", (dp * c["cp"]) % c["ep"] != 0),
+        ("ep does not divide tp*cp*dp", (c["tp"] * dp * c["cp"]) % c["ep"] != 0),
+        ("ep spans tensor-parallel ranks without sequence parallelism",
+         (c["ep"] > dp * c["cp"]) & (c["tp"] > 1) & (c["sp"] == 0)),
         ("sequence not divisible for cp", (c["cp"] > 1) & (space.seq_len % (2 * c["cp"]) != 0)),
         ("global batch not divisible by mbs*dp", space.global_batch % np.maximum(c["mbs"] * dp, 1) != 0),
         ("schedule does not match vpp", ((schedule == "interleaved") & (c["vpp"] == 1))
