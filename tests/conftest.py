@@ -45,3 +45,15 @@ def assert_one_clear_error(proc, *needles: str) -> str:
     for needle in needles:
         assert needle in lines[0], lines[0]
     return lines[0]
+
+
+def search_once(space, **kwargs) -> dict:
+    """One in-process plan search (a single local worker), the backend closed afterwards."""
+    from windtunnel.search.backends import LocalBackend
+    from windtunnel.train.search import search_training
+
+    backend = LocalBackend(1)
+    try:
+        return search_training(space, backend, **kwargs)
+    finally:
+        backend.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import search_once
 from windtunnel import simulate_training
 from windtunnel.search.backends import LocalBackend
 from windtunnel.specs.errors import WindtunnelError
@@ -11,7 +12,7 @@ from windtunnel.specs.hardware import load_hardware
 from windtunnel.specs.model import load_model
 from windtunnel.specs.plan import parse_plan
 from windtunnel.train.memory import ParamShare, StateBytes, state_bytes
-from windtunnel.train.search import TrainingProblem, search_training
+from windtunnel.train.search import TrainingProblem
 from windtunnel.train.space import SearchSpace
 
 KW = dict(seq_len=4096, global_batch=64)
@@ -63,11 +64,7 @@ def test_search_screens_with_the_space_state_precision_and_baseline_follows():
                         choices={"tp": [2], "pp": [1, 2], "vpp": [1], "mbs": [1], "recompute": ["selective"],
                                  "zero": [1], "cp": [1], "sp": [True], "tp_overlap": [False], "schedule": ["1f1b"],
                                  "order": ["tp-cp-dp-pp"]})
-    backend = LocalBackend(1)
-    try:
-        document = search_training(space, backend, top=3, refine_count=2, baseline="tp=2,pp=1,mbs=1")
-    finally:
-        backend.close()
+    document = search_once(space, top=3, refine_count=2, baseline="tp=2,pp=1,mbs=1")
     assert (document["grads"], document["moments"]) == ("bf16", "bf16")
     assert "moments=bf16" in document["plans"][0]["plan"] and "grads=bf16" in document["baseline"]["plan"]
 

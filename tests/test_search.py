@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+from conftest import search_once
 from windtunnel.search.backends import LocalBackend
 from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.hardware import load_hardware
@@ -218,11 +219,7 @@ def test_search_issues_every_plan_and_the_baseline_with_its_cuda_graphs_mode():
                         choices={"tp": [1], "pp": [1], "ep": [8], "mbs": [1], "recompute": ["none"], "zero": [1],
                                  "cp": [1], "vpp": [1], "sp": [False], "tp_overlap": [False], "schedule": ["1f1b"],
                                  "order": ["tp-cp-dp-pp"]})
-    backend = LocalBackend(1)
-    try:
-        document = search_training(space, backend, top=5, refine_count=2, baseline="tp=1,pp=1,ep=8,mbs=1,recompute=none")
-    finally:
-        backend.close()
+    document = search_once(space, top=5, refine_count=2, baseline="tp=1,pp=1,ep=8,mbs=1,recompute=none")
     assert document["cuda_graphs"] == "full"
     assert "cuda_graphs=full" in document["plans"][0]["plan"]
     assert "cuda_graphs=full" in document["baseline"]["plan"]
