@@ -277,7 +277,7 @@ class _StepBuilder:
         if chunk.position == chunk.path_length - 1:
             modules.append("head")
             modes.append("none")
-        offloaded = self.offloaded_modules(chunk, modules)
+        offloaded = self.offloaded_modules(modules)
         forward = ZERO
         pieces = []
         activations = staging = 0.0
@@ -317,7 +317,7 @@ class _StepBuilder:
         chunk.layers = modules
         chunk.modes = modes
 
-    def offloaded_modules(self, chunk: _Chunk, modules: list[str]) -> list[bool]:
+    def offloaded_modules(self, modules: list[str]) -> list[bool]:
         """Which of a chunk's modules have their activations offloaded: the first offload_layers
         transformer layers of the model (offloading runs with pp=1, so the one chunk holds them all)."""
         remaining = self.plan.offload_layers
