@@ -133,3 +133,17 @@ def test_gpt_oss_config_matches_catalog():
     assert hf.total_params() == cat.total_params() and hf.active_params() == cat.active_params()
     assert (hf.attention_window, hf.windowed_layer_fraction) == (128, 0.5)
     assert hf.moe.expert_bias and hf.moe.activation_clamp == 7.0 and hf.moe.dense_layers == 0
+
+
+def test_qwen3_has_per_head_qk_norm_in_its_layer_graph():
+    """Qwen3 configs load with QK-Norm; the layer then normalises queries and keys before the rotary
+    embedding (not part of Megatron's 'layernorm' recompute module, which re-runs the layer norms)."""
+    from windtunnel.graph.transformer import Sharding, layer_forward
+    from windtunnel.train.layers import module_ops
+
+    qwen = load_model(str(HF / "qwen3-8b.json"))
+    assert qwen.qk_norm and not load_model(str(HF / "llama3-8b.json")).qk_norm
+    graph = layer_forward(qwen, Sharding(seq_len=4096), moe=False)
+    names = [op.name for op in graph.ops]
+    assert names.index("qkv_proj") < names.index("qk_norms") < names.index("rope")
+    assert names.index("qk_norms") not in module_ops(graph, "layernorm")

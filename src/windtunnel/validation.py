@@ -126,6 +126,9 @@ def _row_model(row: dict, notes: list[str]) -> ModelSpec:
         reference = load_model("deepseek-v3")
         data["mla"] = reference.mla.model_dump()
         notes.append("MLA ranks and head dims taken from the catalog's deepseek-v3 (not in the CSV)")
+    if row["model"].lower().startswith("qwen3"):
+        data["qk_norm"] = True
+        notes.append("Qwen3: per-head QK-Norm of queries and keys (Qwen3 technical report)")
     if "oss" in row["model"].lower():
         oss = load_model("gpt-oss-120b")
         data["attention_window"], data["windowed_layer_fraction"] = oss.attention_window, oss.windowed_layer_fraction

@@ -142,6 +142,11 @@ class _Builder:
             qk_dim = v_dim = m.head_dim
             kv_heads = max(1, m.kv_heads // t)
             qkv = (self.gemm("qkv_proj", tokens, (heads + 2 * kv_heads) * m.head_dim, h, x, sp_input=True),)
+            if m.qk_norm:
+                # Per-head RMSNorm of queries and keys (two norm modules); each keeps its input.
+                elements = tokens * (heads + kv_heads) * m.head_dim
+                qkv = (self.memory("qk_norms", elements, qkv, saved=ACT_BYTES * elements, flops_per_element=5.0,
+                                   host_ops=2.0),)
         # Fused rotary embedding, applied to queries and keys: two calls.
         rope = self.memory("rope", tokens * (heads + kv_heads) * qk_dim, qkv, passes=2.0, host_ops=2.0)
         core = self.core_attention((rope,), heads, kv_heads, qk_dim, v_dim)

@@ -66,6 +66,8 @@ class ModelSpec(BaseModel):
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     tied_embeddings: bool = False
     qkv_bias: bool = False
+    # RMSNorm of each head's query and key before the rotary embedding (Qwen3's QK-Norm).
+    qk_norm: bool = False
     max_seq_len: PositiveInt | None = None
     attention_window: PositiveInt | None = None
     windowed_layer_fraction: float = Field(default=0.0, ge=0.0, le=1.0)
@@ -122,7 +124,8 @@ class ModelSpec(BaseModel):
         kv = 2 * h * self.kv_heads * self.head_dim
         out = self.heads * self.head_dim * h
         bias = (self.heads + 2 * self.kv_heads) * self.head_dim if self.qkv_bias else 0
-        return q + kv + out + bias
+        qk_norm = 2 * self.head_dim if self.qk_norm else 0
+        return q + kv + out + bias + qk_norm
 
     def mlp_params(self, width: int) -> int:
         """Parameters of one dense MLP of intermediate ``width``."""
@@ -218,6 +221,8 @@ def model_from_hf_config(config: dict, model_id: str = "hf-model") -> ModelSpec:
         "norm": "rmsnorm",
         "tied_embeddings": bool(config.get("tie_word_embeddings", False)),
         "qkv_bias": family in ("qwen2", "qwen2_moe") or bool(config.get("attention_bias", False)),
+        # Qwen3 (dense and MoE) normalises each head's query and key (q_norm / k_norm weights).
+        "qk_norm": family in ("qwen3", "qwen3_moe"),
         "max_seq_len": config.get("max_position_embeddings"),
         "sources": {"shape": f"Hugging Face config.json ({family})"},
     }
