@@ -22,6 +22,7 @@ test: $(STAMP)
 validate: $(STAMP)
 	$(BIN)/windtunnel validate training validation/training_runs.csv --out validation/REPORT.md
 	$(BIN)/windtunnel validate training validation/extra_training_runs.csv --out validation/EXTRA_REPORT.md
+	$(BIN)/python validation/collectives.py > /dev/null
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_step.py

@@ -90,7 +90,8 @@ def main() -> None:
     for label, _source, model, chip, devices, seq, batch, plan, flash, precision, pins in cases:
         stated = parse_plan(plan)  # the search keeps the run's optimizer-state precision, as its precision
         space = SearchSpace(model, load_hardware(chip, devices), seq, batch, precision=precision,
-                            flash_attention=flash, choices=pins, grads=stated.grads, moments=stated.moments)
+                            flash_attention=flash, choices=pins, grads=stated.grads, moments=stated.moments,
+                            dispatcher=stated.dispatcher)
         backend = LocalBackend()
         try:
             document = search_training(space, backend, top=5, refine_count=32, baseline=plan)

@@ -119,6 +119,8 @@ def train_search(
                                     "(attention, dense MLP, MoE router captured) or full (whole-step graph)."),
     grads: str = typer.Option("fp32", help="Main-gradient dtype in every plan (fp32 or bf16; also the DP reduction)."),
     moments: str = typer.Option("fp32", help="Adam moment dtype in every plan (fp32 or bf16)."),
+    dispatcher: str = typer.Option("deepep", help="MoE token dispatcher in every plan: deepep (deduplicating, "
+                                   "DeepEP/HybridEP) or alltoall (plain all-to-all)."),
     backend: str = typer.Option("local", help="local (processes on this machine) or ray."),
     address: str | None = typer.Option(None, help="Ray cluster address ('auto' joins a running cluster)."),
     workers: int | None = typer.Option(None, help="Local processes (default: all cores)."),
@@ -145,6 +147,8 @@ def train_search(
     for name, value in (("grads", grads), ("moments", moments)):
         if value not in ("fp32", "bf16"):
             raise WindtunnelError(f"Field '{name}' is '{value}'; valid: fp32, bf16.", field=name)
+    if dispatcher not in ("deepep", "alltoall"):
+        raise WindtunnelError(f"Field 'dispatcher' is '{dispatcher}'; valid: deepep, alltoall.", field="dispatcher")
     spec, dag = resolve_model(model)
     if dag is not None:
         raise WindtunnelError("Plan search needs a transformer model (catalog, YAML or config.json), not an operator DAG.")
@@ -152,7 +156,7 @@ def train_search(
     cluster.chip.peak(precision)
     space = SearchSpace(spec, cluster, seq_len, global_batch, precision=precision, moe_imbalance=moe_imbalance,
                         choices=_parse_pins(pin), flash_attention=not no_flash, fused_loss=not unfused_loss,
-                        cuda_graphs=cuda_graphs, grads=grads, moments=moments)
+                        cuda_graphs=cuda_graphs, grads=grads, moments=moments, dispatcher=dispatcher)
     state_path = state or Path(f".windtunnel-search-{space.fingerprint()}.json")
     runner = make_backend(backend, address=address, workers=workers)
     show = not as_json and sys.stderr.isatty()

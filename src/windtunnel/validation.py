@@ -225,11 +225,13 @@ def build_job(row: dict, *, fitted_override: dict | None = None) -> tuple[Traini
     stated = {name: getattr(options, name) for name in options.model_fields_set} if options else {}
     if stated:
         notes.append(f"stated by the source: {options_text}")
+    if ep > 1 and "dispatcher" not in stated:
+        notes.append("dispatcher: Megatron's default all-to-all (the source names no deduplicating dispatcher)")
 
     def make(mode: str, layers: int = -1, offload: int = 0) -> TrainingJob:
         plan = Plan(tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, recompute=mode, recompute_layers=layers, sp=sp,
                     zero=zero, tp_overlap=overlap, precision=precision if precision in ("bf16", "fp16", "fp8") else "bf16",
-                    grads="bf16" if bf16_reduce else "fp32", offload_layers=offload)
+                    grads="bf16" if bf16_reduce else "fp32", offload_layers=offload, dispatcher="alltoall")
         plan = plan.model_copy(update=stated)
         return TrainingJob(model=model, cluster=cluster, plan=plan, seq_len=seq_len,
                            global_batch=_int(row, "global_batch"), flash_attention=not unfused, fused_loss=fused_loss,

@@ -93,11 +93,12 @@ def collective_time(kind: str, message_bytes: float, group: GroupPlacement, clus
         # slowest tier bounds the time.
         worst = 0.0
         inside = 1
-        for level, (tier, members) in enumerate(group.levels):
+        for tier, members in group.levels:
             reach = inside * members
             share = (reach - inside) / group.size
-            if fanout > 1 and level > 0:
-                # tokens cross this tier once per distinct remote sub-domain, not once per copy
+            if fanout > 1:
+                # A deduplicating dispatcher sends a token across this tier once per distinct remote
+                # sub-domain (a rank on the innermost tier, a node beyond it), not once per copy.
                 share = distinct_remote_domains(members, fanout) / fanout * (reach / group.size)
             data = message_bytes * share
             bandwidth = _tier_bandwidth(cluster, tier, eff, message_bytes / group.size)

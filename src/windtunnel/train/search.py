@@ -87,7 +87,7 @@ def search_training(space: SearchSpace, backend: Any, *, top: int = 20, refine_c
     if baseline_plan is not None:
         # The baseline runs in the searched plans' precisions and issue mode unless it says otherwise.
         unstated = {"precision": space.precision, "cuda_graphs": space.cuda_graphs, "grads": space.grads,
-                    "moments": space.moments}
+                    "moments": space.moments, "dispatcher": space.dispatcher}
         baseline_plan = baseline_plan.model_copy(update={key: value for key, value in unstated.items()
                                                          if key not in baseline_plan.model_fields_set})
     state = run_search(problem, backend, refine=refine_count, capacity_bytes=problem.capacity,
@@ -119,7 +119,7 @@ def build_document(space: SearchSpace, state: SearchState, *, top: int, baseline
         "model": space.model.id, "hardware": space.cluster.id, "chip": space.cluster.chip.id,
         "devices": space.cluster.devices, "seq_len": space.seq_len, "global_batch": space.global_batch,
         "precision": space.precision, "cuda_graphs": space.cuda_graphs, "grads": space.grads,
-        "moments": space.moments,
+        "moments": space.moments, "dispatcher": space.dispatcher,
         "candidates": {"enumerated": state.enumerated, "pruned": dict(sorted(pruned.items())),
                        "screened": state.screened, "refined": len(state.refined)},
         "elapsed_s": dict(sorted(state.elapsed_s.items())),
@@ -156,7 +156,7 @@ def screen_plan(space: SearchSpace, plan) -> float | None:
     pinned = SearchSpace(space.model, space.cluster, space.seq_len, space.global_batch, precision=plan.precision,
                          moe_imbalance=space.moe_imbalance, flash_attention=space.flash_attention,
                          fused_loss=space.fused_loss, cuda_graphs=plan.cuda_graphs, grads=plan.grads,
-                         moments=plan.moments,
+                         moments=plan.moments, dispatcher=plan.dispatcher,
                          choices={"tp": [plan.tp], "pp": [plan.pp], "vpp": [plan.vpp], "cp": [plan.cp], "ep": [plan.ep],
                                   "mbs": [plan.mbs], "recompute": [level], "zero": [plan.zero],
                                   "sp": [plan.sequence_parallel], "tp_overlap": [plan.tp_overlap and plan.sequence_parallel],

@@ -63,6 +63,7 @@ class SearchSpace:
     cuda_graphs: str = "none"
     grads: str = "fp32"
     moments: str = "fp32"
+    dispatcher: str = "deepep"
 
     def __post_init__(self) -> None:
         model, cluster = self.model, self.cluster
@@ -118,7 +119,7 @@ class SearchSpace:
         doc = {"model": self.model.model_dump(), "cluster": self.cluster.model_dump(), "seq": self.seq_len,
                "batch": self.global_batch, "precision": self.precision, "imbalance": self.moe_imbalance,
                "flash": self.flash_attention, "fused_loss": self.fused_loss, "cuda_graphs": self.cuda_graphs,
-               "grads": self.grads, "moments": self.moments,
+               "grads": self.grads, "moments": self.moments, "dispatcher": self.dispatcher,
                "values": {k: [str(v) for v in vs] for k, vs in self.values.items()}}
         return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -145,7 +146,8 @@ class SearchSpace:
                     zero=int(row["zero"]), sp=bool(row["sp"]), tp_overlap=bool(row["tp_overlap"]),
                     schedule=self.values["schedule"][int(row["schedule"])],
                     order=self.values["order"][int(row["order"])], precision=self.precision,
-                    cuda_graphs=self.cuda_graphs, grads=self.grads, moments=self.moments)
+                    cuda_graphs=self.cuda_graphs, grads=self.grads, moments=self.moments,
+                    dispatcher=self.dispatcher)
 
 
 # ---- pruning ---------------------------------------------------------------------------------------
@@ -234,7 +236,7 @@ def shard_job(space: SearchSpace, key: ShardKey) -> TrainingJob:
     devices = key.tp * key.cp * dp
     cluster = space.cluster.model_copy(update={"devices": devices})
     plan = Plan(tp=key.tp, cp=key.cp, ep=key.ep, mbs=key.mbs, sp=key.sp, tp_overlap=key.tp_overlap,
-                precision=space.precision, zero=1, cuda_graphs=space.cuda_graphs)
+                precision=space.precision, zero=1, cuda_graphs=space.cuda_graphs, dispatcher=space.dispatcher)
     return TrainingJob(model=space.model, cluster=cluster, plan=plan, seq_len=space.seq_len,
                        global_batch=key.mbs * dp, moe_imbalance=space.moe_imbalance,
                        flash_attention=space.flash_attention, fused_loss=space.fused_loss)
