@@ -355,6 +355,21 @@ def embedding_forward(model: ModelSpec, shard: Sharding) -> OpGraph:
     return captured(builder.g, [], shard.cuda_graphs)
 
 
+def mtp_projection_forward(model: ModelSpec, shard: Sharding) -> OpGraph:
+    """The entry of a multi-token-prediction module (DeepSeek-V3 Sec. 2.2, Megatron's
+    MultiTokenPredictionLayer): RMSNorm of the last hidden state and of the next token's embedding,
+    their concatenation and its projection from 2*hidden back to hidden; the module's transformer
+    layer, output layer and loss follow as their own modules."""
+    builder = _Builder(model, shard)
+    hidden_norm = builder.norm("mtp_hidden_norm", ())
+    embed_norm = builder.norm("mtp_embed_norm", ())
+    joined = builder.memory("mtp_concat", 2 * shard.sp_tokens * model.hidden, hidden_norm + embed_norm, passes=2.0)
+    x = builder.enter_tp("mtp_proj", (joined,))
+    projected = builder.gemm("mtp_eh_proj", shard.tokens, model.hidden // shard.tp, 2 * model.hidden, x, sp_input=True)
+    builder.exit_tp("mtp_proj", (projected,))
+    return captured(builder.g, [], shard.cuda_graphs)
+
+
 def head_forward(model: ModelSpec, shard: Sharding) -> OpGraph:
     """Final norm, vocab-parallel LM head and cross-entropy loss on the last pipeline stage."""
     builder = _Builder(model, shard)

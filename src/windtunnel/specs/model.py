@@ -74,6 +74,12 @@ class ModelSpec(BaseModel):
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
     moe: MoESpec | None = None
     mla: MLASpec | None = None
+    # Multi-token prediction modules after the last layer (DeepSeek-V3: 1; Hugging Face
+    # num_nextn_predict_layers): each has its own transformer layer of the last layer's kind, a
+    # projection of [hidden; embedded next token] back to the hidden width, and shares the
+    # embedding and output layer. Their parameters are not in total_params (published counts
+    # leave them out).
+    mtp_layers: NonNegativeInt = 0
     published_params_b: dict[str, float] | None = None
     sources: dict[str, str] = Field(default_factory=dict)
 
@@ -148,6 +154,16 @@ class ModelSpec(BaseModel):
             return 0
         width = self.moe.shared_ffn_hidden or self.moe.ffn_hidden
         return self.moe.shared_experts * self.mlp_params(width)
+
+    def mtp_params(self) -> int:
+        """Parameters of one multi-token-prediction module (shared embedding and output layer excluded)."""
+        h = self.hidden
+        layer = self.attention_params() + 2 * h
+        if self.moe is not None and self.moe_layers:
+            layer += self.moe.experts * self.expert_params() + self.shared_expert_params() + h * self.moe.experts
+        else:
+            layer += self.mlp_params(self.ffn_hidden)
+        return layer + 2 * h * h + 3 * h  # projection; norms of the hidden state, the embedding and the output
 
     def embedding_params(self) -> int:
         """Input embedding plus (untied) output head."""
@@ -279,6 +295,7 @@ def model_from_hf_config(config: dict, model_id: str = "hf-model") -> ModelSpec:
                 "shared_ffn_hidden": int(config["moe_intermediate_size"]) if shared else None,
                 "dense_layers": int(config.get("first_k_dense_replace", 0)),
             }
+        data["mtp_layers"] = int(config.get("num_nextn_predict_layers") or 0)
         data["mla"] = {
             "q_lora_rank": config.get("q_lora_rank"),
             "kv_lora_rank": int(config["kv_lora_rank"]),

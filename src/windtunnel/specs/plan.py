@@ -60,6 +60,13 @@ class Plan(BaseModel):
     # backward, the copies overlapping the neighbouring layers' compute. As in Megatron it needs
     # pp=1, no recomputation and no CUDA graphs; with it the recompute default is none.
     offload_layers: int = Field(default=0, ge=0)
+    # Multi-token prediction modules trained (Megatron's --mtp-num-layers; DeepSeek-V3 trains one):
+    # each runs one more transformer layer, a projection and the shared output layer and loss on
+    # the last pipeline stage. None: the model's own count (mtp_layers).
+    mtp: int | None = Field(default=None, ge=0)
+    # Megatron's --pipeline-model-parallel-layout: which modules each (virtual) stage runs, e.g.
+    # 'Et*4|(t*4|)*14tmL'; empty: layers split evenly, embedding first, MTP and loss last.
+    layout: str = ""
     order: str = "tp-cp-dp-pp"
 
     @field_validator("order")
@@ -70,6 +77,12 @@ class Plan(BaseModel):
             raise ValueError("order must be a permutation of tp, cp, dp, pp joined by '-', e.g. tp-cp-dp-pp "
                              "(innermost first: Megatron's default) or tp-cp-pp-dp (pipeline stages inside a node)")
         return "-".join(parts)
+
+    @field_validator("layout")
+    @classmethod
+    def _compact_layout(cls, value: str) -> str:
+        # Commas and spaces are cosmetic in Megatron's layout syntax; dropping them keeps to_string parseable.
+        return "".join(ch for ch in value if not ch.isspace() and ch != ",")
 
     def to_string(self) -> str:
         """The ``tp=..,pp=..`` form that ``--plan`` accepts."""
@@ -96,6 +109,10 @@ class Plan(BaseModel):
             parts.append(f"offload_layers={self.offload_layers}")
         if self.order != "tp-cp-dp-pp":
             parts.append(f"order={self.order}")
+        if self.mtp is not None:
+            parts.append(f"mtp={self.mtp}")
+        if self.layout:
+            parts.append(f"layout={self.layout}")
         if self.recompute_layers >= 0:
             parts.append(f"recompute_layers={self.recompute_layers}")
         if self.recompute_modules:
@@ -123,7 +140,7 @@ class Plan(BaseModel):
             parts.append("ep_overlap")
         if self.offload_layers:
             parts.append(f"offload_layers={self.offload_layers}")
-        for name in ("precision", "cuda_graphs", "grads", "moments", "order"):
+        for name in ("precision", "cuda_graphs", "grads", "moments", "order", "mtp", "layout"):
             if getattr(self, name) != getattr(default, name):
                 parts.append(f"{name}={getattr(self, name)}")
         return ",".join(parts)
@@ -152,6 +169,8 @@ _ALIASES = {
     "grad_dtype": "grads", "main_grads": "grads", "main_grads_dtype": "grads",
     "moments_dtype": "moments", "exp_avg_dtype": "moments", "adam_moments": "moments",
     "cpu_offloading_num_layers": "offload_layers", "offload": "offload_layers", "offload-layers": "offload_layers",
+    "mtp_num_layers": "mtp", "mtp_layers": "mtp", "mtp-num-layers": "mtp",
+    "pipeline_model_parallel_layout": "layout", "pp_layout": "layout", "pipeline-model-parallel-layout": "layout",
 }
 _BOOLS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False, "on": True, "off": False}
 
@@ -239,12 +258,28 @@ def validate_plan(plan: Plan, model: ModelSpec | None, devices: int, seq_len: in
              "tensor-parallel ranks; each of them must route its own share of the tokens, which needs sequence "
              "parallelism (sp=true), as Megatron requires for MoE with TP.")
     chunks = plan.pp * plan.vpp
-    if chunks > layers:
+    if plan.layout or plan.mtp:
+        _check_layout(plan, model)
+    if chunks > layers and not plan.layout:
         fail("pp", f"Plan pp*vpp = {plan.pp}*{plan.vpp} = {chunks} exceeds the model's {layers} layers; "
              f"use pp*vpp <= {layers}.")
     if plan.vpp > 1 and plan.pp == 1:
         fail("vpp", f"Plan field 'vpp' is {plan.vpp} but pp is 1; interleaving needs pp > 1 (set vpp=1).")
     return _check_batch(_check_offload(plan, layers), devices, seq_len, global_batch, dp)
+
+
+def _check_layout(plan: Plan, model: ModelSpec | None) -> None:
+    """A pipeline layout and MTP modules need a transformer model; the layout must place every module."""
+    if model is None:
+        field = "layout" if plan.layout else "mtp"
+        raise WindtunnelError(f"Plan field '{field}' needs a transformer model; an operator-DAG model has no "
+                              "embedding/MTP/loss modules to place (leave it out).", field=field)
+    if plan.layout:
+        from windtunnel.train.layout import stage_modules
+
+        # DualPipe runs pp stages, stage i on rank i and, mirrored, on rank pp-1-i.
+        stages = plan.pp if plan.pipeline_schedule == "dualpipe" else plan.pp * plan.vpp
+        stage_modules(model, plan.layout, stages, model.mtp_layers if plan.mtp is None else plan.mtp)
 
 
 def _check_shape(plan: Plan, model: ModelSpec, dp: int) -> None:

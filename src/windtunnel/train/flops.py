@@ -33,7 +33,23 @@ def matmul_params_per_token(model: ModelSpec) -> float:
     return float(model.active_params() - norms - lookup)
 
 
-def model_flops_per_token(model: ModelSpec, seq_len: int, *, causal: bool = True) -> float:
-    """Training FLOPs (forward + backward) per token."""
+def mtp_matmul_params_per_token(model: ModelSpec) -> float:
+    """Active matrix-multiply weights of one multi-token-prediction module per token: its projection,
+    its transformer layer (top-k routed and shared experts for MoE) and the shared output layer."""
+    h = model.hidden
+    layer = model.attention_params()
+    if model.moe is not None and model.moe_layers:
+        layer += model.moe.topk * model.expert_params() + model.shared_expert_params() + h * model.moe.experts
+    else:
+        layer += model.mlp_params(model.ffn_hidden)
+    return float(2 * h * h + layer + model.vocab * h)
+
+
+def model_flops_per_token(model: ModelSpec, seq_len: int, *, causal: bool = True, mtp: int = 0) -> float:
+    """Training FLOPs (forward + backward) per token; ``mtp`` multi-token-prediction modules add
+    one layer's attention and their matrix multiplies each."""
     forward = 2.0 * matmul_params_per_token(model) + attention_flops_per_token(model, seq_len, causal=causal)
+    if mtp:
+        per_layer_attention = attention_flops_per_token(model, seq_len, causal=causal) / model.layers
+        forward += mtp * (2.0 * mtp_matmul_params_per_token(model) + per_layer_attention)
     return 3.0 * forward

@@ -22,6 +22,7 @@ from windtunnel.graph.transformer import (
     embedding_forward,
     head_forward,
     layer_forward,
+    mtp_projection_forward,
 )
 from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.hardware import Cluster
@@ -29,6 +30,7 @@ from windtunnel.specs.model import ModelSpec
 from windtunnel.specs.plan import Plan, validate_plan
 from windtunnel.train.flops import model_flops_per_token
 from windtunnel.train.layers import ZERO, LayerCoster, Played, backward_with_recompute, saved_activation_bytes
+from windtunnel.train.layout import LAYER_KINDS, even_split, stage_modules
 from windtunnel.train.memory import WEIGHT_BYTES, ParamShare, StateBytes, device_memory
 from windtunnel.train.placement import Placement, place_plan
 from windtunnel.train.result import TrainingResult
@@ -93,18 +95,8 @@ def dag_stub_model(dag: DagModel) -> ModelSpec:
                      heads=1, vocab=1, sources={"shape": "operator DAG file"})
 
 
-def _split_layers(kinds: list[str], parts: int) -> list[list[str]]:
-    """Split layers over ``parts`` consecutive chunks as evenly as possible (extras go to middle chunks)."""
-    base, extra = divmod(len(kinds), parts)
-    sizes = [base] * parts
-    order = sorted(range(parts), key=lambda i: (abs(i - (parts - 1) / 2), i))
-    for i in order[:extra]:
-        sizes[i] += 1
-    out, start = [], 0
-    for size in sizes:
-        out.append(kinds[start:start + size])
-        start += size
-    return out
+# Kept for callers that split layer kinds themselves (the search screen).
+_split_layers = even_split
 
 
 class _StepBuilder:
@@ -129,6 +121,7 @@ class _StepBuilder:
                 "bandwidth or host memory in the catalog (host_link_bandwidth, host_memory_bytes); use "
                 "offload_layers=0 or give the chip those fields.", field="offload_layers")
         self.schedule = plan.pipeline_schedule
+        self.mtp = 0 if job.dag is not None else (model.mtp_layers if plan.mtp is None else plan.mtp)
         self.micro_batches = job.global_batch // (plan.mbs * plan.dp)
         self.shard = Sharding(tp=plan.tp, sp=plan.sequence_parallel, cp=plan.cp, ep=plan.ep, micro_batch=plan.mbs,
                               seq_len=job.seq_len, flash_attention=job.flash_attention, fused_loss=job.fused_loss,
@@ -146,6 +139,10 @@ class _StepBuilder:
                 self.forward_graphs["moe"] = layer_forward(model, self.shard, moe=True)
             self.forward_graphs["embedding"] = embedding_forward(model, self.shard)
             self.forward_graphs["head"] = head_forward(model, self.shard)
+            if self.mtp:
+                self.forward_graphs["mtp_embedding"] = self.forward_graphs["embedding"]
+                self.forward_graphs["mtp_proj"] = mtp_projection_forward(model, self.shard)
+                self.forward_graphs["mtp_head"] = self.forward_graphs["head"]
         self._played: dict[tuple[str, str], Played] = {}
         self._backward: dict[tuple[str, str], list[OpGraph]] = {}
 
@@ -160,6 +157,13 @@ class _StepBuilder:
             return model.vocab * model.hidden / plan.tp, 0.0
         if kind == "head":
             return model.vocab * model.hidden / plan.tp + model.hidden, 0.0
+        if kind == "mtp_embedding":
+            # A copy of the shared embedding where the first stage's is not at hand (see _cost_chunk).
+            return model.vocab * model.hidden / plan.tp, 0.0
+        if kind == "mtp_head":
+            return float(model.hidden), 0.0  # its own final norm; the output layer is the main head's
+        if kind == "mtp_proj":
+            return 2.0 * model.hidden * model.hidden / plan.tp + 2 * model.hidden, 0.0
         dense = model.attention_params() / plan.tp + 2 * model.hidden
         if kind == "moe":
             dense += model.shared_expert_params() / plan.tp + model.hidden * model.moe.experts
@@ -250,33 +254,29 @@ class _StepBuilder:
     # ---- chunks -------------------------------------------------------------------------------
     def chunks(self) -> dict[tuple[int, int], _Chunk]:
         model, plan = self.job.model, self.plan
-        kinds = ["dense"] * model.dense_layers + ["moe"] * model.moe_layers
         chunks: dict[tuple[int, int], _Chunk] = {}
         if self.schedule == "dualpipe":
-            per_stage = _split_layers(kinds, plan.pp)
+            per_stage = stage_modules(model, plan.layout, plan.pp, self.mtp)
             for rank in range(plan.pp):
                 for chunk in (0, 1):
                     stage = rank if chunk == 0 else plan.pp - 1 - rank
                     chunks[(rank, chunk)] = _Chunk(rank, chunk, stage, plan.pp, per_stage[stage])
         else:
             virtual = plan.pp * plan.vpp
-            per_virtual = _split_layers(kinds, virtual)
+            per_virtual = stage_modules(model, plan.layout, virtual, self.mtp)
             for v in range(virtual):
                 rank, chunk = v % plan.pp, v // plan.pp
                 chunks[(rank, chunk)] = _Chunk(rank, chunk, v, virtual, per_virtual[v])
+        # An MTP module shares the embedding; a rank that holds the first stage has it at hand.
+        with_embedding = {chunk.rank for chunk in chunks.values() if "embedding" in chunk.layers}
         for chunk in chunks.values():
-            self._cost_chunk(chunk)
+            self._cost_chunk(chunk, shares_embedding=chunk.rank in with_embedding)
         return chunks
 
-    def _cost_chunk(self, chunk: _Chunk) -> None:
+    def _cost_chunk(self, chunk: _Chunk, *, shares_embedding: bool = False) -> None:
         modules = list(chunk.layers)
-        modes = self.recompute_modes(len(modules))
-        if chunk.position == 0:
-            modules.insert(0, "embedding")
-            modes.insert(0, "none")
-        if chunk.position == chunk.path_length - 1:
-            modules.append("head")
-            modes.append("none")
+        layer_modes = iter(self.recompute_modes(sum(kind in LAYER_KINDS for kind in modules)))
+        modes = [next(layer_modes) if kind in LAYER_KINDS else "none" for kind in modules]
         offloaded = self.offloaded_modules(modules)
         forward = ZERO
         pieces = []
@@ -302,6 +302,8 @@ class _StepBuilder:
             forward = forward + forward_piece
             pieces.append(backward_piece)
             dense, expert = self.layer_params(kind)
+            if kind == "mtp_embedding" and shares_embedding:
+                dense = 0.0  # the rank already holds the embedding the MTP module shares
             chunk.dense_params += dense
             chunk.expert_params += expert
             chunk.bucket_params.append((dense, expert))
@@ -323,7 +325,7 @@ class _StepBuilder:
         remaining = self.plan.offload_layers
         flags = []
         for kind in modules:
-            layer = kind not in ("embedding", "head")
+            layer = kind in LAYER_KINDS
             flags.append(layer and remaining > 0)
             remaining -= 1 if layer else 0
         return flags
@@ -573,7 +575,7 @@ def simulate(job: TrainingJob) -> TrainingResult:
         per_rank = model.layers * dag.forward_flops("layer") + dag.forward_flops("first_stage") + dag.forward_flops("last_stage")
         model_flops = 3.0 * per_rank / plan.pp * builder.micro_batches * cluster.devices
     else:
-        model_flops = model_flops_per_token(model, job.seq_len) * tokens
+        model_flops = model_flops_per_token(model, job.seq_len, mtp=builder.mtp) * tokens
     hardware_flops_per_device = sum(flops) / plan.pp / 1.0
     devices = cluster.devices
     result = TrainingResult(
@@ -607,8 +609,10 @@ def _assumptions(job: TrainingJob, builder: _StepBuilder) -> list[str]:
         "attention: " + ("fused flash-style kernel" if job.flash_attention else "unfused (scores materialised)"),
         "loss: " + ("fused cross-entropy kernel (bf16 logits, gradient written in the forward)" if job.fused_loss
                     else "unfused fp32 cross-entropy (Megatron-LM default: ~52 bytes of HBM traffic per logit)"),
-        f"pipeline schedule {builder.schedule}; layers split as evenly as possible over "
-        f"{plan.pp * (2 if builder.schedule == 'dualpipe' else plan.vpp)} chunks",
+        f"pipeline schedule {builder.schedule}; "
+        + (f"stages as the layout {plan.layout}" if plan.layout else
+           f"layers split as evenly as possible over {plan.pp * (2 if builder.schedule == 'dualpipe' else plan.vpp)} "
+           "chunks, embedding on the first, loss on the last"),
         f"main gradients in {plan.grads} (also the DP reduction); ZeRO stage {plan.zero}; Adam with fp32 master "
         f"weights and {plan.moments} moments",
         f"memory: 16-bit weights, {builder.states.grads:.0f}-byte main gradients, {builder.states.optimizer:.0f} "
@@ -624,6 +628,10 @@ def _assumptions(job: TrainingJob, builder: _StepBuilder) -> list[str]:
             out.append(f"expert dispatch in {'fp8' if plan.precision == 'fp8' else '16-bit'}, combine in 16-bit; "
                        + ("deduplicating dispatcher (DeepEP-style: one copy per remote domain)"
                           if plan.dispatcher == "deepep" else "plain all-to-all (one copy per routed expert)"))
+    if builder.mtp:
+        out.append(f"{builder.mtp} multi-token-prediction module(s) on the last stage: projection, one transformer "
+                   "layer and the shared output layer and loss each (a copy of the embedding where the first stage's "
+                   "is elsewhere; its gradient sync with the first stage is not costed)")
     if plan.ep_overlap:
         out.append("EP all-to-all overlap: each steady-state forward runs with an earlier micro-batch's backward, "
                    "sharing the device (Megatron --overlap-moe-expert-parallel-comm)")
