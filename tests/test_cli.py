@@ -237,3 +237,16 @@ def test_nonpositive_seq_len_or_batch_is_a_clear_error(cli, flag, value):
     proc = cli(*SIM, "--model", "llama3-8b", "--hardware", "h100-sxm", "--devices", "8",
                "--seq-len", args["--seq-len"], "--global-batch", args["--global-batch"], "--json")
     assert_one_clear_error(proc, flag.lstrip("-").replace("-", "_"))
+
+
+def test_validation_skips_a_precision_it_does_not_model():
+    """A row in a precision the model has no peak or kernels for (e.g. NVFP4) is skipped with the
+    reason, never silently costed in bf16."""
+    from windtunnel.validation import build_job
+
+    text = (REPO / "validation" / "training_runs.csv").read_text(encoding="utf-8")
+    row = next(r for r in csv.DictReader(io.StringIO(text)) if r["id"] == "67")
+    job, _, reason = build_job({**row, "precision": "nvfp4"})
+    assert job is None and "nvfp4" in reason
+    job, _, reason = build_job(row)
+    assert job is not None and reason is None and job.plan.precision == row["precision"]

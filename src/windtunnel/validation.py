@@ -169,10 +169,12 @@ def build_job(row: dict, *, fitted_override: dict | None = None) -> tuple[Traini
     if not seq_len:
         seq_len = 2048
         notes.append("seq_len blank: 2,048 (same paper's other tables)")
-    precision = (row.get("precision") or "").strip()
+    precision = (row.get("precision") or "").strip().lower()
     if not precision:
         precision = "bf16"
         notes.append("precision blank: bf16 (16-bit mixed precision; fp16 has the same peak)")
+    if precision not in ("bf16", "fp16", "fp8"):
+        return None, notes, f"precision '{precision}' is not modelled (bf16, fp16 and fp8 are)"
     cp = _int(row, "cp") or 1
     ep = _int(row, "ep") or 1
     vpp = _int(row, "vpp") or 1
@@ -230,7 +232,7 @@ def build_job(row: dict, *, fitted_override: dict | None = None) -> tuple[Traini
 
     def make(mode: str, layers: int = -1, offload: int = 0) -> TrainingJob:
         plan = Plan(tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, recompute=mode, recompute_layers=layers, sp=sp,
-                    zero=zero, tp_overlap=overlap, precision=precision if precision in ("bf16", "fp16", "fp8") else "bf16",
+                    zero=zero, tp_overlap=overlap, precision=precision,
                     grads="bf16" if bf16_reduce else "fp32", offload_layers=offload, dispatcher="alltoall")
         plan = plan.model_copy(update=stated)
         return TrainingJob(model=model, cluster=cluster, plan=plan, seq_len=seq_len,
