@@ -73,9 +73,48 @@ def profile_dict(chip: Chip, fitted_override: dict | None = None) -> dict[str, A
     profile = deep_merge(priors.get("defaults", {}), (priors.get("generations") or {}).get(chip.generation, {}))
     profile = deep_merge(profile, (priors.get("chips") or {}).get(chip.id, {}))
     fitted = _fitted() if fitted_override is None else fitted_override
-    profile = deep_merge(profile, (fitted.get("generations") or {}).get(chip.generation, {}))
-    profile = deep_merge(profile, (fitted.get("chips") or {}).get(chip.id, {}))
+    generation_fit = (fitted.get("generations") or {}).get(chip.generation, {})
+    chip_fit = (fitted.get("chips") or {}).get(chip.id, {})
+    profile = deep_merge(profile, generation_fit)
+    profile = deep_merge(profile, chip_fit)
+    factor = _sustained_factor(chip, fitted)
+    if factor < 1.0:
+        fitted_precisions = set(_gemm_fit(generation_fit)) | set(_gemm_fit(chip_fit))
+        gemm = profile["gemm"]["max_efficiency"]
+        for precision in list(gemm):
+            if precision not in fitted_precisions:
+                gemm[precision] = round(float(gemm[precision]) * factor, 4)
     return profile
+
+
+def _gemm_fit(fit: dict) -> dict:
+    return ((fit or {}).get("gemm") or {}).get("max_efficiency") or {}
+
+
+def _sustained_factor(chip: Chip, fitted: dict) -> float:
+    """How far below the best-sustaining chip of its generation this chip's calibrated GEMMs run.
+
+    Chips of one generation share the die and the kernels but not the power budget (B200 1,000 W,
+    GB200 1,200 W, GB300 1,400 W): under a power limit the tensor cores run at a lower sustained
+    clock, whatever the precision. So where a chip's calibration rows fit its GEMM efficiency in
+    one precision, its ratio to the best chip of the generation in that precision also scales the
+    precisions it has no calibration rows for; the best chip keeps the priors. 1.0 where no other
+    chip of the generation was calibrated in the same precision.
+    """
+    from windtunnel.specs.hardware import chip_names, load_chip
+
+    chips = fitted.get("chips") or {}
+    own = _gemm_fit(chips.get(chip.id, {}))
+    if not own:
+        return 1.0
+    generation = {name for name in chip_names() if load_chip(name).generation == chip.generation}
+    ratios = []
+    for precision, value in own.items():
+        peers = [float(_gemm_fit(fit)[precision]) for name, fit in chips.items()
+                 if name in generation and name != chip.id and precision in _gemm_fit(fit)]
+        if peers:  # a precision no sibling was calibrated in says nothing about this chip's standing
+            ratios.append(float(value) / max(peers + [float(value)]))
+    return min(1.0, sum(ratios) / len(ratios)) if ratios else 1.0
 
 
 def efficiency_for(chip: Chip, fitted_override: dict | None = None) -> Efficiency:
