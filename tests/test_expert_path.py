@@ -95,3 +95,28 @@ def test_bad_clamp_is_rejected():
     data["moe"]["activation_clamp"] = 0.0
     with pytest.raises((WindtunnelError, ValueError)):
         ModelSpec.model_validate(data)
+
+
+def test_eager_broadcast_and_strided_traffic_runs_unvectorized():
+    """The clamps (strided halves) and the bias loop (broadcast, mixed dtypes) move about half their
+    traffic in unvectorized eager kernels, which run at the catalog's fraction of the bandwidth."""
+    from dataclasses import replace
+
+    from windtunnel.cost.compute import memory_op_time
+    from windtunnel.cost.efficiency import efficiency_for
+    from windtunnel.specs.hardware import load_chip
+
+    ops = _ops(_layer(load_model("gpt-oss-120b")))
+    assert ops["experts.act_clamp"].unvectorized == pytest.approx(0.5)
+    assert ops["experts.bias"].unvectorized == pytest.approx(0.5)
+    assert ops["experts.act"].unvectorized == 0.0  # the fused (compiled) activation is vectorized
+    backward = _ops(backward_of(_layer(load_model("gpt-oss-120b"))))
+    assert backward["experts.bias.bwd"].unvectorized == pytest.approx(0.5)
+
+    chip = load_chip("gb200")
+    eff = efficiency_for(chip)
+    op = ops["experts.bias"]
+    contiguous = memory_op_time(replace(op, unvectorized=0.0), chip, eff) - eff.kernel_overhead_s
+    mixed = memory_op_time(op, chip, eff) - eff.kernel_overhead_s
+    assert mixed / contiguous == pytest.approx(0.5 + 0.5 / eff.unvectorized_bandwidth)
+    assert 0.0 < eff.unvectorized_bandwidth < 1.0

@@ -69,8 +69,10 @@ def attention_time(op: Op, chip: Chip, eff: Efficiency) -> float:
 
 
 def memory_op_time(op: Op, chip: Chip, eff: Efficiency) -> float:
-    """Seconds for a memory-bound kernel at the achieved share of HBM bandwidth."""
-    return op.bytes_moved / (chip.hbm_bandwidth * eff.memory_bandwidth) + eff.kernel_overhead_s
+    """Seconds for a memory-bound kernel at the achieved share of HBM bandwidth; the share of its
+    traffic in unvectorized eager kernels moves at ``eff.unvectorized_bandwidth`` of that rate."""
+    slowdown = 1.0 + op.unvectorized * (1.0 / eff.unvectorized_bandwidth - 1.0)
+    return op.bytes_moved * slowdown / (chip.hbm_bandwidth * eff.memory_bandwidth) + eff.kernel_overhead_s
 
 
 def compute_op_time(op: Op, chip: Chip, eff: Efficiency, precision: str) -> float:

@@ -61,6 +61,7 @@ class Efficiency:
     host_library_call_s: float = 0.0
     host_link: float = 0.8
     overlap_comm_units: int = 0
+    unvectorized_bandwidth: float = 0.45
     sources: tuple[str, ...] = ()
 
     def gemm_efficiency(self, precision: str) -> float:
@@ -131,6 +132,7 @@ def efficiency_for(chip: Chip, fitted_override: dict | None = None) -> Efficienc
         attention_bwd=float(attention["bwd_efficiency"]),
         attention_half_length=float(attention["half_length"]),
         memory_bandwidth=float(p["memory"]["bandwidth_efficiency"]),
+        unvectorized_bandwidth=float(p["memory"].get("unvectorized_factor", 0.45)),
         kernel_overhead_s=float(p["kernel_overhead_s"]),
         scale_up=float(comm["scale_up_efficiency"]),
         scale_out=float(comm["scale_out_efficiency"]),

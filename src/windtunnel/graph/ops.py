@@ -42,6 +42,9 @@ class Op:
         each costs the host a library call's setup and launch.
     backward_host_ops: host ops of the backward when they differ from the forward's (e.g. routing
         bookkeeping that has no gradient); a GEMM's data and weight gradients split them.
+    unvectorized: for a memory-bound op, the share of its HBM traffic moved by eager PyTorch
+        kernels whose operands are broadcast, strided or of mixed dtypes: TensorIterator runs those
+        without vectorized loads, at a fraction of the contiguous kernels' bandwidth.
     host_sync: after issuing this operator the host waits until its inputs are done on the device,
         because it must read a value they computed (e.g. MoE token counts, which size the dispatch
         and the grouped GEMMs); the next operator is issued only then, so the device may drain.
@@ -67,6 +70,7 @@ class Op:
     library_calls: int = 0
     backward_host_ops: float | None = None
     host_sync: bool = False
+    unvectorized: float = 0.0
 
     @property
     def is_comm(self) -> bool:

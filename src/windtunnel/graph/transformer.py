@@ -83,11 +83,11 @@ class _Builder:
     def memory(self, name: str, elements: float, deps: tuple[int, ...], *, passes: float = 2.0,
                saved: float = 0.0, flops_per_element: float = 1.0, host_ops: float = 1.0,
                backward_host_ops: float | None = None, host_sync: bool = False,
-               backward_bytes: float | None = None) -> int:
+               backward_bytes: float | None = None, unvectorized: float = 0.0) -> int:
         return self.g.add(Op(name, "memory", flops=flops_per_element * elements,
                              bytes_moved=passes * ACT_BYTES * elements, saved_bytes=saved, deps=deps,
                              model_flops=False, host_ops=host_ops, backward_host_ops=backward_host_ops,
-                             host_sync=host_sync, backward_bytes=backward_bytes))
+                             host_sync=host_sync, backward_bytes=backward_bytes, unvectorized=unvectorized))
 
     def comm(self, name: str, kind: str, group: str, message_bytes: float, deps: tuple[int, ...], fanout: int = 1,
              host_ops: float = 1.0) -> int:
@@ -230,9 +230,12 @@ class _Builder:
             # and written, then the whole (4 passes). The backward masks each half's gradient (read
             # gradient and input, write) and concatenates them again (5 passes). The clamps keep the
             # unclipped projection output for their backward, beside the fused kernel's saved input.
+            # The clamps read strided halves (chunk views) and their backward masks through them:
+            # about half the traffic runs in unvectorized eager kernels (the concatenations do not).
             act_input = self.memory(prefix + ".act_clamp", up_elements, (up,), passes=4.0,
                                     saved=ACT_BYTES * up_elements, host_ops=4.0,
-                                    backward_bytes=5.0 * ACT_BYTES * up_elements, backward_host_ops=3.0)
+                                    backward_bytes=5.0 * ACT_BYTES * up_elements, backward_host_ops=3.0,
+                                    unvectorized=0.5)
         act_saved = ACT_BYTES * up_elements
         # The same function builds its linear-offset constant with torch.tensor(..., device=cuda) on
         # every call: a blocking host-to-device copy, so the host waits for the device there.
@@ -248,10 +251,12 @@ class _Builder:
         # + 10 (the add) + 8 (concatenate) + 6 (cast) = 28. Backward: 6 (cast) + 6 (cast of t's
         # gradient) + 12 + 12 (the two products and reductions for the bias and probability
         # gradients) + 4 (re-concatenating t's gradient) = 40. (TE folds the up projection's bias
-        # gradient into its weight-gradient GEMM.)
+        # gradient into its weight-gradient GEMM.) The product b * p broadcasts both operands and the
+        # add mixes bf16 and fp32, so those (14 of the 28 bytes forward, and the broadcast products
+        # of the backward, about half of its 40) run in unvectorized eager kernels.
         elements = tokens * m.hidden * count
         return self.memory(prefix + ".bias", elements, (down,), passes=14.0, backward_bytes=40.0 * elements,
-                           host_ops=2.0 * count + 5.0, backward_host_ops=5.0 * count + 3.0)
+                           host_ops=2.0 * count + 5.0, backward_host_ops=5.0 * count + 3.0, unvectorized=0.5)
 
     def dense_mlp(self, x: tuple[int, ...]) -> tuple[int, ...]:
         m, s = self.model, self.s
