@@ -266,15 +266,18 @@ def cost_shard(space: SearchSpace, key: ShardKey) -> ShardCost:
 
 
 @lru_cache(maxsize=4096)
-def _stage_layout(layers: int, dense_layers: int, pp: int, vpp: int, dualpipe: bool) -> np.ndarray:
-    """Per pipeline rank: [dense layers, moe layers, has embedding, has head, max chunk layers] summed over
-    the rank's chunks, with the step simulation's split (extras to the middle chunks)."""
-    from windtunnel.train.step import _split_layers
+def _stage_layout(layers: int, dense_layers: int, pp: int, vpp: int, dualpipe: bool, mtp: int = 0) -> np.ndarray:
+    """Per pipeline rank: [dense layers, moe layers, has embedding, has head, max chunk layers, MTP modules]
+    summed over the rank's chunks, with the step simulation's split (extras to the middle chunks). An MTP
+    module on the last chunk counts as one more layer of the last layer's kind plus, in the last column,
+    one more output layer and loss (whose weights are the main head's)."""
+    from windtunnel.train.layout import even_split
 
     kinds = ["dense"] * dense_layers + ["moe"] * (layers - dense_layers)
     chunks = pp if dualpipe else pp * vpp
-    split = _split_layers(kinds, chunks)
-    out = np.zeros((pp, 5))
+    split = even_split(kinds, chunks)
+    split[-1] = split[-1] + [kinds[-1]] * mtp
+    out = np.zeros((pp, 6))
     for v, chunk in enumerate(split):
         ranks = [v, pp - 1 - v] if dualpipe else [v % pp]
         for rank in ranks:
@@ -283,6 +286,7 @@ def _stage_layout(layers: int, dense_layers: int, pp: int, vpp: int, dualpipe: b
             out[rank, 2] += 1 if v == 0 else 0
             out[rank, 3] += 1 if v == chunks - 1 else 0
             out[rank, 4] = max(out[rank, 4], len(chunk))
+            out[rank, 5] += mtp if v == chunks - 1 else 0
     return out
 
 
@@ -419,10 +423,12 @@ class Screen:
         groups, group_of = np.unique(layout_keys, axis=0, return_inverse=True)
         for g, (g_pp, g_vpp, g_dual) in enumerate(groups):
             idx = np.nonzero(group_of.reshape(-1) == g)[0]
-            layout = _stage_layout(model.layers, model.dense_layers, int(g_pp), int(g_vpp), bool(g_dual))
+            layout = _stage_layout(model.layers, model.dense_layers, int(g_pp), int(g_vpp), bool(g_dual),
+                                   model.mtp_layers)
             name = "dualpipe" if g_dual else ("interleaved" if g_vpp > 1 else "1f1b")
             for rank in range(int(g_pp)):
-                n_dense, n_moe, emb, head, per_chunk = layout[rank]
+                n_dense, n_moe, emb, params_head, per_chunk, n_mtp = layout[rank]
+                head = params_head + n_mtp  # MTP modules run the output layer and loss again
                 sub = {key: value[idx] for key, value in col.items()}
                 cpr = chunks_per_rank[idx]
                 kk = k[idx]
@@ -443,7 +449,7 @@ class Screen:
                 act = (part("dense", n_dense, a_mode, "a") + part(moe_kind, n_moe, a_mode, "a")
                        + emb * sub["a.embedding.none"] + head * sub["a.head.none"]) / cpr
                 dense_p = (n_dense * sub["pd.dense"] + n_moe * sub[f"pd.{moe_kind}"] + emb * sub["pd.embedding"]
-                           + head * sub["pd.head"])
+                           + params_head * sub["pd.head"])
                 expert_p = n_moe * sub[f"pe.{moe_kind}"]
                 in_flight = _in_flight(name, int(g_pp), int(g_vpp), rank, micro[idx])
                 z = zero[idx]
@@ -529,7 +535,7 @@ def mfu_of(space: SearchSpace, step: np.ndarray) -> np.ndarray:
     """Model FLOPs utilisation for step times (same convention as the step simulation)."""
     from windtunnel.train.flops import model_flops_per_token
 
-    flops = model_flops_per_token(space.model, space.seq_len) * tokens_per_step(space)
+    flops = model_flops_per_token(space.model, space.seq_len, mtp=space.model.mtp_layers) * tokens_per_step(space)
     peak = space.cluster.chip.peak(space.precision)
     return flops / np.maximum(step, 1e-12) / space.cluster.devices / peak
 

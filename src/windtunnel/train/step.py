@@ -30,7 +30,7 @@ from windtunnel.specs.model import ModelSpec
 from windtunnel.specs.plan import Plan, validate_plan
 from windtunnel.train.flops import model_flops_per_token
 from windtunnel.train.layers import ZERO, LayerCoster, Played, backward_with_recompute, saved_activation_bytes
-from windtunnel.train.layout import LAYER_KINDS, even_split, stage_modules
+from windtunnel.train.layout import LAYER_KINDS, stage_modules
 from windtunnel.train.memory import WEIGHT_BYTES, ParamShare, StateBytes, device_memory
 from windtunnel.train.placement import Placement, place_plan
 from windtunnel.train.result import TrainingResult
@@ -93,10 +93,6 @@ def dag_stub_model(dag: DagModel) -> ModelSpec:
     """A ModelSpec carrying only what the pipeline needs from an operator-DAG model (layers, width)."""
     return ModelSpec(id=dag.name, name=dag.name, layers=dag.layers, hidden=dag.hidden, ffn_hidden=dag.hidden,
                      heads=1, vocab=1, sources={"shape": "operator DAG file"})
-
-
-# Kept for callers that split layer kinds themselves (the search screen).
-_split_layers = even_split
 
 
 class _StepBuilder:
@@ -629,9 +625,9 @@ def _assumptions(job: TrainingJob, builder: _StepBuilder) -> list[str]:
                        + ("deduplicating dispatcher (DeepEP-style: one copy per remote domain)"
                           if plan.dispatcher == "deepep" else "plain all-to-all (one copy per routed expert)"))
     if builder.mtp:
-        out.append(f"{builder.mtp} multi-token-prediction module(s) on the last stage: projection, one transformer "
-                   "layer and the shared output layer and loss each (a copy of the embedding where the first stage's "
-                   "is elsewhere; its gradient sync with the first stage is not costed)")
+        out.append(f"{builder.mtp} multi-token-prediction module(s) after the last layer, where the layout places "
+                   "them: a projection, one transformer layer and the shared output layer and loss each (a copy "
+                   "of the embedding where the first stage's is elsewhere; its gradient sync is not costed)")
     if plan.ep_overlap:
         out.append("EP all-to-all overlap: each steady-state forward runs with an earlier micro-batch's backward, "
                    "sharing the device (Megatron --overlap-moe-expert-parallel-comm)")
