@@ -115,7 +115,7 @@ def _sustained_factor(chip: Chip, fitted: dict) -> float:
                  if name in generation and name != chip.id and precision in _gemm_fit(fit)]
         if peers:  # a precision no sibling was calibrated in says nothing about this chip's standing
             ratios.append(float(value) / max(peers + [float(value)]))
-    return min(1.0, sum(ratios) / len(ratios)) if ratios else 1.0
+    return sum(ratios) / len(ratios) if ratios else 1.0
 
 
 def efficiency_for(chip: Chip, fitted_override: dict | None = None) -> Efficiency:
@@ -132,7 +132,7 @@ def efficiency_for(chip: Chip, fitted_override: dict | None = None) -> Efficienc
         attention_bwd=float(attention["bwd_efficiency"]),
         attention_half_length=float(attention["half_length"]),
         memory_bandwidth=float(p["memory"]["bandwidth_efficiency"]),
-        unvectorized_bandwidth=float(p["memory"].get("unvectorized_factor", 0.45)),
+        unvectorized_bandwidth=float(p["memory"]["unvectorized_factor"]),
         kernel_overhead_s=float(p["kernel_overhead_s"]),
         scale_up=float(comm["scale_up_efficiency"]),
         scale_out=float(comm["scale_out_efficiency"]),

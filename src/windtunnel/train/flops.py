@@ -36,13 +36,9 @@ def matmul_params_per_token(model: ModelSpec) -> float:
 def mtp_matmul_params_per_token(model: ModelSpec) -> float:
     """Active matrix-multiply weights of one multi-token-prediction module per token: its projection,
     its transformer layer (top-k routed and shared experts for MoE) and the shared output layer."""
-    h = model.hidden
-    layer = model.attention_params()
-    if model.moe is not None and model.moe_layers:
-        layer += model.moe.topk * model.expert_params() + model.shared_expert_params() + h * model.moe.experts
-    else:
-        layer += model.mlp_params(model.ffn_hidden)
-    return float(2 * h * h + layer + model.vocab * h)
+    inactive = (model.moe.experts - model.moe.topk) * model.expert_params() if model.moe and model.moe_layers else 0
+    norms = 2 * model.hidden + 3 * model.hidden  # the layer's two and the module's three (not matmuls)
+    return float(model.mtp_params() - inactive - norms + model.vocab * model.hidden)
 
 
 def model_flops_per_token(model: ModelSpec, seq_len: int, *, causal: bool = True, mtp: int = 0) -> float:
