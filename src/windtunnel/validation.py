@@ -24,7 +24,9 @@ from windtunnel.specs.yamlio import catalog_dir, write_atomic
 from windtunnel.train.flops import model_flops_per_token
 from windtunnel.train.step import TrainingJob, simulate
 
-METRICS = ("sec_per_iter", "tokens_per_s_per_device", "model_tflops_per_device", "mfu", "hfu")
+# peak_memory_gib: a published peak device memory (GiB, 2**30 bytes) of the run, scored against the
+# modelled peak_memory_bytes (validation/memory_runs.csv).
+METRICS = ("sec_per_iter", "tokens_per_s_per_device", "model_tflops_per_device", "mfu", "hfu", "peak_memory_gib")
 REQUIRED = ("id", "model", "hardware", "n_devices", "metric", "value")
 # Sources whose runs predate fused (flash) attention, Megatron's distributed optimizer and TP overlap.
 LEGACY_SOURCES = ("Narayanan", "Korthikanti")
@@ -303,6 +305,8 @@ def _metric_value(row: dict, job: TrainingJob, result) -> tuple[float, bool]:
     flops = model_flops_per_token(job.model, job.seq_len, causal=False) * tokens
     if metric == "sec_per_iter":
         return step, result.feasible
+    if metric == "peak_memory_gib":
+        return result.peak_memory_bytes / 2**30, result.feasible
     if metric == "tokens_per_s_per_device":
         return tokens / step / devices, result.feasible
     if metric == "model_tflops_per_device":

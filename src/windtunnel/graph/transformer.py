@@ -38,6 +38,12 @@ class Sharding:
     precision: str = "bf16"
     dedup_dispatch: bool = True
     cuda_graphs: str = "none"
+    # Stack kernels (specs.stack.Kernels): the attention kernel's efficiency profile, whether
+    # elementwise work is fused, the host cost of a Linear call, and the context-parallel algorithm.
+    attention_kernel: str = "flash"
+    fused_elementwise: bool = True
+    linear_host_ops: float = TE_MODULE_HOST_OPS
+    context_parallel: str = "ring"
 
     @property
     def tokens(self) -> int:
@@ -74,7 +80,7 @@ class _Builder:
         # grouped GEMM runs one library GEMM per expert (TE's GroupedLinear loops over cuBLASLt
         # calls on 4 streams), each a host-side library call.
         if host_ops is None:
-            host_ops = TE_MODULE_HOST_OPS + (1.0 if self.s.precision == "fp8" else 0.0)
+            host_ops = self.s.linear_host_ops + (1.0 if self.s.precision == "fp8" else 0.0)
         return self.g.add(Op(name, "gemm", flops=2.0 * m * n * k, bytes_moved=moved, saved_bytes=saved_bytes,
                              shape=(m, n, k), deps=deps, count=count, model_flops=model_flops,
                              precision=self.s.precision, host_ops=host_ops, library_calls=count if count > 1 else 0,

@@ -30,6 +30,14 @@ class RowResult:
     group: str = ""
     arch: str = "dense"
     kind: str = ""
+    # Training rows: the stack that ran it, whether its published plan fits in the modelled memory,
+    # and what ranking and uncertainty slices group by (chip, model, sequence length, devices).
+    framework: str = ""
+    fits: bool | None = None
+    chip: str = ""
+    model: str = ""
+    seq_len: int | None = None
+    devices: int | None = None
 
     def as_dict(self) -> dict:
         out = {"id": self.id, "metric": self.metric, "measured": self.measured, "predicted": self.predicted,
@@ -37,6 +45,9 @@ class RowResult:
                "source": self.source, "group": self.group}
         if self.kind:
             out["kind"] = self.kind
+        if self.framework:
+            out.update(framework=self.framework, fits=self.fits, chip=self.chip, model=self.model,
+                       seq_len=self.seq_len, devices=self.devices, arch=self.arch)
         return out
 
 

@@ -19,6 +19,7 @@ class TrainingResult(BaseModel):
     seq_len: int
     global_batch: int
     plan: str
+    framework: str = "megatron"
     feasible: bool
     infeasible_reason: str | None = None
     step_time_s: float | None = None

@@ -28,6 +28,7 @@ from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.hardware import Cluster
 from windtunnel.specs.model import ModelSpec
 from windtunnel.specs.plan import Plan, validate_plan
+from windtunnel.specs.stack import DEFAULT_STACK, Stack, load_stack, with_stack_defaults
 from windtunnel.train.flops import model_flops_per_token
 from windtunnel.train.layers import ZERO, LayerCoster, Played, backward_with_recompute, saved_activation_bytes
 from windtunnel.train.layout import LAYER_KINDS, stage_modules
@@ -41,15 +42,18 @@ GIB = float(2**30)
 
 @dataclass(frozen=True)
 class TrainingJob:
-    """What to simulate: a model on a cluster with a plan, sequence length (tokens) and global batch (sequences)."""
+    """What to simulate: a model on a cluster with a plan, sequence length (tokens) and global batch (sequences),
+    trained by a stack (``framework``: a built-in stack id, a stack YAML path, or a Stack). ``flash_attention``
+    and ``fused_loss`` override the stack's kernels when set (None: the stack's)."""
 
     model: ModelSpec
     cluster: Cluster
     plan: Plan
     seq_len: int
     global_batch: int
-    flash_attention: bool = True
-    fused_loss: bool = True
+    flash_attention: bool | None = None
+    fused_loss: bool | None = None
+    framework: str | Stack = DEFAULT_STACK
     moe_imbalance: float = 1.1
     fitted_override: dict | None = None
     keep_trace: bool = False
@@ -103,8 +107,9 @@ class _StepBuilder:
                                   field="moe_imbalance")
         self.job = job
         model, cluster = job.model, job.cluster
-        self.plan = validate_plan(job.plan, None if job.dag else model, cluster.devices, job.seq_len,
-                                  job.global_batch, layers=model.layers)
+        self.stack = stack = load_stack(job.framework)
+        self.plan = validate_plan(with_stack_defaults(job.plan, stack), None if job.dag else model, cluster.devices,
+                                  job.seq_len, job.global_batch, layers=model.layers)
         plan = self.plan
         self.chip = cluster.chip
         self.chip.peak(plan.precision)  # clear error if the chip lacks this precision
@@ -119,12 +124,19 @@ class _StepBuilder:
         self.schedule = plan.pipeline_schedule
         self.mtp = 0 if job.dag is not None else (model.mtp_layers if plan.mtp is None else plan.mtp)
         self.micro_batches = job.global_batch // (plan.mbs * plan.dp)
+        kernels = stack.kernels
+        self.flash_attention = kernels.attention != "unfused" if job.flash_attention is None else job.flash_attention
+        self.fused_loss = kernels.fused_loss if job.fused_loss is None else job.fused_loss
         self.shard = Sharding(tp=plan.tp, sp=plan.sequence_parallel, cp=plan.cp, ep=plan.ep, micro_batch=plan.mbs,
-                              seq_len=job.seq_len, flash_attention=job.flash_attention, fused_loss=job.fused_loss,
+                              seq_len=job.seq_len, flash_attention=self.flash_attention, fused_loss=self.fused_loss,
+                              attention_kernel=("unfused" if not self.flash_attention else
+                                                "flash" if kernels.attention == "unfused" else kernels.attention),
+                              fused_elementwise=kernels.fused_elementwise, linear_host_ops=kernels.linear_host_ops,
+                              context_parallel=stack.comm.context_parallel,
                               moe_imbalance=job.moe_imbalance if plan.ep > 1 or model.moe else 1.0,
                               precision=plan.precision, dedup_dispatch=plan.dispatcher == "deepep",
                               dispatch_bytes=1.0 if plan.precision == "fp8" else ACT_BYTES,
-                              cuda_graphs=plan.cuda_graphs)
+                              cuda_graphs="full" if kernels.host_issue == "compiled" else plan.cuda_graphs)
         self.coster = LayerCoster(cluster, self.placement, self.eff, plan.precision,
                                   tp_overlap=plan.tp_overlap and plan.sequence_parallel)
         if job.dag is not None:
@@ -576,7 +588,7 @@ def simulate(job: TrainingJob) -> TrainingResult:
     devices = cluster.devices
     result = TrainingResult(
         model=model.id, hardware=cluster.id, chip=chip.id, devices=devices, seq_len=job.seq_len,
-        global_batch=job.global_batch, plan=plan.to_string(), feasible=feasible, infeasible_reason=reason,
+        global_batch=job.global_batch, plan=plan.to_string(), framework=builder.stack.id, feasible=feasible, infeasible_reason=reason,
         step_time_s=step, tokens_per_s=tokens / step, tokens_per_s_per_device=tokens / step / devices,
         model_tflops_per_device=model_flops / step / devices / 1e12,
         hardware_tflops_per_device=hardware_flops_per_device / step / 1e12,
@@ -602,8 +614,10 @@ def _assumptions(job: TrainingJob, builder: _StepBuilder) -> list[str]:
     plan, model = builder.plan, job.model
     out = [
         f"precision {plan.precision}: GEMMs at the chip's dense {plan.precision} peak; attention and activations in 16-bit",
-        "attention: " + ("fused flash-style kernel" if job.flash_attention else "unfused (scores materialised)"),
-        "loss: " + ("fused cross-entropy kernel (bf16 logits, gradient written in the forward)" if job.fused_loss
+        f"stack {builder.stack.id}: {builder.stack.name}",
+        "attention: " + (f"fused flash-style kernel ({builder.shard.attention_kernel})" if builder.flash_attention
+                         else "unfused (scores materialised)"),
+        "loss: " + ("fused cross-entropy kernel (bf16 logits, gradient written in the forward)" if builder.fused_loss
                     else "unfused fp32 cross-entropy (Megatron-LM default: ~52 bytes of HBM traffic per logit)"),
         f"pipeline schedule {builder.schedule}; "
         + (f"stages as the layout {plan.layout}" if plan.layout else

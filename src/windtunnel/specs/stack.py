@@ -1,0 +1,202 @@
+"""Training stacks (frameworks) as data: what Megatron, NeMo, PyTorch FSDP, DeepSpeed, MindSpeed or JAX
+really do, loaded from ``catalog/stacks/*.yaml`` or a user's own YAML file.
+
+A stack never changes the model or the plan; it says how the framework runs them: which kernels it
+fuses, which attention kernel it uses, how it issues work from the host, how sharded parameters are
+gathered and gradients reduced, what it overlaps, how context parallelism and MoE dispatch run, and
+what memory it holds besides tensors. Behaviour that differs by framework lives here, not in code
+keyed on names. A stack may ``inherit`` another and override some fields (deep merge).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from windtunnel.specs.errors import WindtunnelError, choices_text
+from windtunnel.specs.yamlio import catalog_dir, read_mapping_file, read_yaml
+
+DEFAULT_STACK = "megatron"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Kernels(_Frozen):
+    """Which kernels the stack runs for a transformer layer."""
+
+    # Name of an attention kernel in catalog/efficiency.yaml (attention_kernels), or 'unfused'
+    # (scores materialised, softmax and dropout as separate kernels).
+    attention: str = "flash"
+    # Softmax cross-entropy as one kernel (bf16 logits) or as eager fp32 PyTorch ops.
+    fused_loss: bool = True
+    # Bias+activation, bias+dropout+residual and norms as fused kernels (TE / Apex / MindSpeed fused ops)
+    # rather than one eager PyTorch kernel per elementwise op.
+    fused_elementwise: bool = True
+    # Host (CPU) cost of one Linear call in eager framework ops: a Transformer Engine module costs
+    # ~2.7 plain PyTorch ops (TransformerEngine issue #2053); plain torch.nn.Linear is 1.
+    linear_host_ops: float = Field(default=2.7, ge=0)
+    # How the host issues kernels: 'eager' (one framework call per op, unless the plan captures CUDA
+    # graphs) or 'compiled' (one executable per step, as XLA runs it: no per-op host cost).
+    host_issue: Literal["eager", "compiled"] = "eager"
+
+
+class Sharding(_Frozen):
+    """How sharded data parallelism (ZeRO-3 / FSDP FULL_SHARD) gathers parameters and reduces gradients."""
+
+    # Layers whose gathered (unsharded) 16-bit parameters are resident at once: the current one and
+    # those prefetched ahead of it.
+    gathered_layers: int = Field(default=2, ge=1)
+    # Gathered parameters are freed after each layer's forward and gathered again for its backward.
+    reshard_after_forward: bool = True
+    # Gradients are reduce-scattered after every micro-batch's backward (FSDP without no_sync) rather
+    # than accumulated unsharded and reduced once per step.
+    reduce_every_micro_batch: bool = True
+
+
+class Comm(_Frozen):
+    """Communication defaults of the stack."""
+
+    # Dtype of the main gradients and their data-parallel reduction when the plan does not say.
+    grad_reduce: Literal["fp32", "bf16"] = "fp32"
+    # Sequence parallelism with TP, and chunked TP-communication overlap, when the plan does not say.
+    sequence_parallel: bool = True
+    tp_overlap: bool = False
+    # Context parallelism: ring P2P of K/V blocks, one all-gather of K/V, or Ulysses all-to-all of heads.
+    context_parallel: Literal["ring", "allgather", "ulysses"] = "ring"
+    # MoE token dispatch: all-to-all, all-gather (every EP rank gets every token) or a deduplicating
+    # dispatcher (DeepEP / HybridEP style).
+    moe_dispatcher: Literal["alltoall", "allgather", "deepep"] = "deepep"
+    # Compute units (SMs / AI cores) collective kernels hold while they run beside compute; the
+    # overlapped compute runs on the rest. None: the chip's efficiency profile decides.
+    comm_units: int | None = None
+
+
+class Memory(_Frozen):
+    """Device memory the stack holds besides the model's tensors (bytes, fractions)."""
+
+    reserve_bytes: float = Field(default=2.0 * 2**30, ge=0)
+    fragmentation: float = Field(default=0.05, ge=0, le=1)
+
+
+class Stack(_Frozen):
+    """One training stack. ``sources`` names the public code or document behind each behaviour."""
+
+    id: str
+    name: str
+    era: str = ""
+    kernels: Kernels = Kernels()
+    sharding: Sharding = Sharding()
+    comm: Comm = Comm()
+    memory: Memory = Memory()
+    # Default ZeRO stage of a plan on this stack (1: Megatron's distributed optimizer; 3: FSDP FULL_SHARD).
+    zero: int = Field(default=1, ge=0, le=3)
+    sources: dict[str, str] = Field(default_factory=dict)
+
+
+def _deep_merge(base: dict, override: dict) -> dict:
+    out = dict(base)
+    for key, value in override.items():
+        out[key] = _deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+@lru_cache(maxsize=1)
+def _catalog() -> dict[str, dict]:
+    docs: dict[str, dict] = {}
+    for path in sorted(catalog_dir("stacks").glob("*.yaml")):
+        doc = read_yaml(path) or {}
+        if not isinstance(doc, dict) or "id" not in doc:
+            raise WindtunnelError(f"Catalog stack file '{path}' must be a mapping with an 'id'.")
+        docs[str(doc["id"])] = doc
+    return docs
+
+
+def stack_names() -> list[str]:
+    """Ids of the built-in stacks."""
+    return sorted(_catalog())
+
+
+def _resolve(doc: dict, docs: dict[str, dict], where: str, seen: tuple[str, ...] = ()) -> dict:
+    parent = doc.get("inherits")
+    body = {k: v for k, v in doc.items() if k != "inherits"}
+    if parent is None:
+        return body
+    if parent in seen:
+        raise WindtunnelError(f"Stack '{doc.get('id')}' ({where}) inherits itself through {' -> '.join(seen)}.",
+                              field="inherits")
+    if parent not in docs:
+        raise WindtunnelError(f"Stack '{doc.get('id')}' ({where}) inherits unknown stack '{parent}'; built-in stacks: "
+                              f"{choices_text(docs)}.", field="inherits")
+    base = _resolve(docs[parent], docs, where, (*seen, str(parent)))
+    sources = {**base.get("sources", {}), **body.get("sources", {})}
+    merged = _deep_merge(base, body)
+    merged["sources"] = sources
+    return merged
+
+
+def _validate(data: dict, where: str) -> Stack:
+    try:
+        return Stack.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        raise WindtunnelError(f"Stack {where}: field '{loc}' {first['msg'].lower()} (got {first.get('input')!r}). "
+                              "See src/windtunnel/catalog/stacks/megatron.yaml for the schema.", field=loc) from exc
+
+
+@lru_cache(maxsize=64)
+def _load_named(name: str) -> Stack:
+    docs = _catalog()
+    return _validate(_resolve(docs[name], docs, f"'{name}'"), f"'{name}'")
+
+
+def load_stack(name_or_path: str | Stack | None) -> Stack:
+    """A built-in stack by id (``megatron``, ``pytorch-fsdp``, ``mindspeed``, ...) or a stack YAML file."""
+    if isinstance(name_or_path, Stack):
+        return name_or_path
+    name = (name_or_path or DEFAULT_STACK).strip()
+    docs = _catalog()
+    if name in docs:
+        return _load_named(name)
+    found = read_mapping_file(name, what="Stack", field="framework", expected="with id, name and stack fields")
+    if found is not None:
+        doc, path = found
+        doc = {"id": path.stem, "name": path.stem, **doc}
+        return _validate(_resolve(doc, docs, f"file '{path}'"), f"file '{path}'")
+    lowered = {key.lower().replace("_", "-"): key for key in docs}
+    hint = lowered.get(name.lower().replace("_", "-"))
+    raise WindtunnelError(
+        f"Unknown framework '{name}' (field 'framework'): use a built-in stack ({choices_text(docs)})"
+        + (f" - did you mean '{hint}'?" if hint else "") + " or a stack YAML file (path ending in .yaml).",
+        field="framework")
+
+
+def stack_path(name: str) -> Path:
+    """The catalog file of a built-in stack."""
+    return catalog_dir("stacks", f"{name}.yaml")
+
+
+# Plan fields whose default is the stack's when the plan does not set them.
+_PLAN_DEFAULTS = {
+    "zero": lambda stack: stack.zero,
+    "grads": lambda stack: stack.comm.grad_reduce,
+    "sp": lambda stack: stack.comm.sequence_parallel,
+    "tp_overlap": lambda stack: stack.comm.tp_overlap,
+    "dispatcher": lambda stack: "deepep" if stack.comm.moe_dispatcher == "deepep" else "alltoall",
+}
+
+
+def with_stack_defaults(plan, stack: Stack):
+    """The plan with the stack's defaults for the fields it leaves unset (ZeRO stage, gradient dtype,
+    sequence parallelism, TP overlap, MoE dispatcher); fields the plan sets are kept."""
+    unset = {name: default(stack) for name, default in _PLAN_DEFAULTS.items() if name not in plan.model_fields_set}
+    if not unset:
+        return plan
+    updated = plan.model_copy(update=unset)
+    # model_copy keeps the original fields_set, so the stack's values stay "unset" (a later stack may replace them).
+    return updated
