@@ -46,16 +46,20 @@ def simulate_training(
     seq_len: int,
     global_batch: int,
     plan: str | dict | Plan = "",
-    flash_attention: bool = True,
-    fused_loss: bool = True,
+    flash_attention: bool | None = None,
+    fused_loss: bool | None = None,
     moe_imbalance: float = 1.1,
     keep_trace: bool = False,
+    framework: str = "megatron",
 ) -> TrainingResult:
     """Simulate one training step.
 
     model: catalog id, model YAML, HF config.json path, operator-DAG YAML, or a ModelSpec/DagModel. hardware: chip id (its
     default cluster), cluster id, cluster YAML, or a Cluster (then ``devices`` may be omitted).
-    seq_len in tokens, global_batch in sequences. Returns a TrainingResult (seconds, bytes, tokens/s).
+    seq_len in tokens, global_batch in sequences. framework: the training stack (a built-in id from
+    ``windtunnel catalog list``'s stacks, e.g. megatron, pytorch-fsdp, deepspeed, mindspeed, or a stack YAML);
+    plan fields the plan leaves unset take the stack's defaults. ``flash_attention``/``fused_loss`` override the
+    stack's kernels when not None. Returns a TrainingResult (seconds, bytes, tokens/s).
     """
     model_spec, dag = resolve_model(model)
     if isinstance(hardware, Cluster):
@@ -66,7 +70,7 @@ def simulate_training(
         cluster = load_hardware(hardware, devices)
     job = TrainingJob(model=model_spec, cluster=cluster, plan=parse_plan(plan), seq_len=seq_len,
                       global_batch=global_batch, flash_attention=flash_attention, fused_loss=fused_loss,
-                      moe_imbalance=moe_imbalance,
+                      moe_imbalance=moe_imbalance, framework=framework,
                       keep_trace=keep_trace, dag=dag)
     return simulate(job)
 

@@ -28,7 +28,15 @@ app.add_typer(infer_app, name="infer")
 validate_app.command("inference")(validate_inference_cmd)
 
 console = Console()
-UNFUSED_LOSS_HELP = "Unfused fp32 cross-entropy (Megatron-LM's default) instead of a fused kernel."
+UNFUSED_LOSS_HELP = "Unfused fp32 cross-entropy (Megatron-LM's default) instead of the stack's loss kernel."
+FRAMEWORK_HELP = ("Training stack: megatron (default), megatron-lm, megatron-lm-2021, nemo, megatron-bridge, pytorch-fsdp, "
+                  "pytorch-fsdp2, llm-foundry, torchtitan, deepspeed, mindspeed, jax, or a stack YAML file. Plan fields "
+                  "left unset (zero, grads, sp, tp_overlap, dispatcher) take the stack's defaults.")
+
+
+def _flag(value: bool) -> bool | None:
+    """A kernel flag given on the command line overrides the stack; absent, the stack decides."""
+    return False if value else None
 
 
 def _emit_json(data: dict) -> None:
@@ -46,6 +54,7 @@ def train_simulate(
     moe_imbalance: float = typer.Option(1.1, help="Tokens on the busiest expert rank / the balanced share."),
     no_flash: bool = typer.Option(False, "--no-flash", help="Unfused attention (scores materialised)."),
     unfused_loss: bool = typer.Option(False, "--unfused-loss", help=UNFUSED_LOSS_HELP),
+    framework: str = typer.Option("megatron", help=FRAMEWORK_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     trace: Path | None = typer.Option(None, help="Write the simulated step as a Chrome trace (Perfetto)."),
 ) -> None:
@@ -56,8 +65,8 @@ def train_simulate(
     from windtunnel.specs.yamlio import write_atomic
 
     result = simulate_training(model, hardware, devices, seq_len=seq_len, global_batch=global_batch, plan=plan,
-                               flash_attention=not no_flash, fused_loss=not unfused_loss, moe_imbalance=moe_imbalance,
-                               keep_trace=trace is not None)
+                               flash_attention=_flag(no_flash), fused_loss=_flag(unfused_loss),
+                               moe_imbalance=moe_imbalance, keep_trace=trace is not None, framework=framework)
     if trace is not None:
         write_atomic(trace, trace_json(result.trace, title=f"{result.model} {result.plan}"))
     if as_json:
@@ -117,10 +126,13 @@ def train_search(
     unfused_loss: bool = typer.Option(False, "--unfused-loss", help=UNFUSED_LOSS_HELP),
     cuda_graphs: str = typer.Option("none", help="How kernels are issued in every plan: none (eager), modules "
                                     "(attention, dense MLP, MoE router captured) or full (whole-step graph)."),
-    grads: str = typer.Option("fp32", help="Main-gradient dtype in every plan (fp32 or bf16; also the DP reduction)."),
+    grads: str | None = typer.Option(None, help="Main-gradient dtype in every plan (fp32 or bf16; also the DP "
+                                     "reduction; default: the stack's)."),
     moments: str = typer.Option("fp32", help="Adam moment dtype in every plan (fp32 or bf16)."),
-    dispatcher: str = typer.Option("deepep", help="MoE token dispatcher in every plan: deepep (deduplicating, "
-                                   "DeepEP/HybridEP) or alltoall (plain all-to-all)."),
+    dispatcher: str | None = typer.Option(None, help="MoE token dispatcher in every plan: deepep (deduplicating, "
+                                          "DeepEP/HybridEP), alltoall (plain all-to-all) or allgather (default: the "
+                                          "stack's)."),
+    framework: str = typer.Option("megatron", help=FRAMEWORK_HELP),
     backend: str = typer.Option("local", help="local (processes on this machine) or ray."),
     address: str | None = typer.Option(None, help="Ray cluster address ('auto' joins a running cluster)."),
     workers: int | None = typer.Option(None, help="Local processes (default: all cores)."),
@@ -140,23 +152,31 @@ def train_search(
     from windtunnel.train.search import search_training
     from windtunnel.train.space import SearchSpace
 
+    from windtunnel.specs.stack import load_stack, with_stack_defaults
+    from windtunnel.specs.plan import Plan
+
     if precision not in ("bf16", "fp16", "fp8"):
         raise WindtunnelError(f"Field 'precision' is '{precision}'; valid: bf16, fp16, fp8.", field="precision")
+    stack_plan = with_stack_defaults(Plan(), load_stack(framework))
+    grads = grads or stack_plan.grads
+    dispatcher = dispatcher or stack_plan.dispatcher
     if cuda_graphs not in ("none", "modules", "full"):
         raise WindtunnelError(f"Field 'cuda_graphs' is '{cuda_graphs}'; valid: none, modules, full.", field="cuda_graphs")
     for name, value in (("grads", grads), ("moments", moments)):
         if value not in ("fp32", "bf16"):
             raise WindtunnelError(f"Field '{name}' is '{value}'; valid: fp32, bf16.", field=name)
-    if dispatcher not in ("deepep", "alltoall"):
-        raise WindtunnelError(f"Field 'dispatcher' is '{dispatcher}'; valid: deepep, alltoall.", field="dispatcher")
+    if dispatcher not in ("deepep", "alltoall", "allgather"):
+        raise WindtunnelError(f"Field 'dispatcher' is '{dispatcher}'; valid: deepep, alltoall, allgather.",
+                              field="dispatcher")
     spec, dag = resolve_model(model)
     if dag is not None:
         raise WindtunnelError("Plan search needs a transformer model (catalog, YAML or config.json), not an operator DAG.")
     cluster = load_hardware(hardware, devices)
     cluster.chip.peak(precision)
     space = SearchSpace(spec, cluster, seq_len, global_batch, precision=precision, moe_imbalance=moe_imbalance,
-                        choices=_parse_pins(pin), flash_attention=not no_flash, fused_loss=not unfused_loss,
-                        cuda_graphs=cuda_graphs, grads=grads, moments=moments, dispatcher=dispatcher)
+                        choices=_parse_pins(pin), flash_attention=_flag(no_flash), fused_loss=_flag(unfused_loss),
+                        cuda_graphs=cuda_graphs, grads=grads, moments=moments, dispatcher=dispatcher,
+                        framework=load_stack(framework).id)
     state_path = state or Path(f".windtunnel-search-{space.fingerprint()}.json")
     runner = make_backend(backend, address=address, workers=workers)
     show = not as_json and sys.stderr.isatty()
@@ -224,11 +244,12 @@ def calibrate_training(
 
 @catalog_app.command("list")
 def catalog_list(as_json: bool = typer.Option(False, "--json", help="Print as JSON.")) -> None:
-    """List catalog chips, clusters and models."""
+    """List catalog chips, clusters, models and training stacks."""
     from windtunnel.specs.hardware import chip_names, cluster_names
     from windtunnel.specs.model import model_names
+    from windtunnel.specs.stack import stack_names
 
-    data = {"chips": chip_names(), "clusters": cluster_names(), "models": model_names()}
+    data = {"chips": chip_names(), "clusters": cluster_names(), "models": model_names(), "stacks": stack_names()}
     if as_json:
         _emit_json(data)
     else:

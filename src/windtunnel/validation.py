@@ -20,6 +20,7 @@ from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.hardware import chip_names, load_chip, load_hardware
 from windtunnel.specs.model import ModelSpec, load_model
 from windtunnel.specs.plan import Plan, parse_plan
+from windtunnel.specs.stack import DEFAULT_STACK, load_stack, stack_names, with_stack_defaults
 from windtunnel.specs.yamlio import catalog_dir, write_atomic
 from windtunnel.train.flops import model_flops_per_token
 from windtunnel.train.step import TrainingJob, simulate
@@ -28,19 +29,6 @@ from windtunnel.train.step import TrainingJob, simulate
 # modelled peak_memory_bytes (validation/memory_runs.csv).
 METRICS = ("sec_per_iter", "tokens_per_s_per_device", "model_tflops_per_device", "mfu", "hfu", "peak_memory_gib")
 REQUIRED = ("id", "model", "hardware", "n_devices", "metric", "value")
-# Sources whose runs predate fused (flash) attention, Megatron's distributed optimizer and TP overlap.
-LEGACY_SOURCES = ("Narayanan", "Korthikanti")
-# Stacks whose default fuses the cross-entropy loss into one kernel (NeMo's and Megatron-Bridge's model
-# configs set cross_entropy_loss_fusion=True); Megatron-LM's own default, and older stacks, leave it unfused.
-FUSED_LOSS_SOURCES = ("NVIDIA/NeMo", "NVIDIA-NeMo/Megatron-Bridge")
-# Stacks whose performance recipes reduce gradients in bf16 (Megatron-Bridge's performance configs set
-# ddp.grad_reduce_in_fp32 = False for Llama 3, Qwen3, DeepSeek-V3 and GPT-OSS); Megatron's default is fp32.
-BF16_GRAD_REDUCE_SOURCES = ("NVIDIA-NeMo/Megatron-Bridge",)
-# Megatron-Bridge performance recipes that offload activations instead of recomputing them
-# (scripts/performance/configs/llama3 workload base configs: LLAMA3_70B_GB300_FP8_CS_BASE_CONFIG and
-# LLAMA3_70B_GB200_FP8_CS_BASE_CONFIG set micro_batch_size 2, use_megatron_fsdp and
-# cpu_offloading_num_layers 20 and 40), keyed by (model, hardware, recipe named in the row's notes).
-RECIPE_OFFLOAD_LAYERS = {("LLAMA3_70B", "gb300", "FP8-CS"): 20, ("LLAMA3_70B", "gb200", "FP8-CS"): 40}
 SINGLE_NODE = 8
 # Tokenizer sizes of model families, used when a row leaves the vocabulary blank (a public fact about
 # the model, not a fitted value).
@@ -70,6 +58,11 @@ def _int(row: dict, key: str) -> int | None:
     return int(float(value)) if value else None
 
 
+def _float(row: dict, key: str) -> float | None:
+    value = (row.get(key) or "").strip()
+    return float(value) if value else None
+
+
 def _bool(row: dict, key: str) -> bool | None:
     value = (row.get(key) or "").strip().lower()
     return None if not value else value in ("true", "1", "yes")
@@ -92,7 +85,7 @@ def row_role(row: dict, rows: list[dict] | None = None) -> str:
     return "calibration" if single_node and row.get("arch", "dense") != "moe" else "validation"
 
 
-def _row_model(row: dict, notes: list[str]) -> ModelSpec:
+def _row_model(row: dict, notes: list[str], dropout: float = 0.1) -> ModelSpec:
     hidden, ffn = _int(row, "hidden"), _int(row, "ffn_hidden")
     heads = _int(row, "heads")
     layers = _int(row, "layers")
@@ -115,9 +108,9 @@ def _row_model(row: dict, notes: list[str]) -> ModelSpec:
     else:
         data["vocab"] = 51200
         notes.append("vocab blank: 51,200 (GPT-2 vocabulary padded, Megatron default)")
-    if not gated:
-        data["dropout"] = 0.1
-        notes.append("GPT-style model: dropout 0.1 (Megatron default)")
+    if not gated and dropout:
+        data["dropout"] = dropout
+        notes.append(f"GPT-style model: dropout {dropout:g} (the stack's default)")
     if row.get("arch") == "moe":
         experts = _int(row, "moe_experts")
         data["moe"] = {"experts": experts, "shared_experts": _int(row, "moe_shared_experts") or 0,
@@ -156,17 +149,19 @@ def build_job(row: dict, *, fitted_override: dict | None = None) -> tuple[Traini
         return None, notes, "parallel plan not stated (tp/pp blank)"
     if not _int(row, "global_batch"):
         return None, notes, "global batch not stated"
-    if "MegaScale)" in row.get("model", "") or row.get("model", "").startswith("175B MegaScale"):
-        return None, notes, ("MegaScale's own system (parallel transformer block, sliding-window attention, LAMB) "
-                             "is not the plain transformer the row's fields describe")
+    framework = (row.get("framework") or "").strip()
+    if not framework:
+        framework = DEFAULT_STACK
+        notes.append(f"framework blank: {DEFAULT_STACK} (the default stack)")
+    if framework not in stack_names():
+        return None, notes, (f"framework '{framework}' is not a stack in the catalog (catalog/stacks); its behaviour "
+                             "cannot be modelled")
+    stack = load_stack(framework)
+    notes.append(f"stack {stack.id}: {stack.name}")
     try:
-        model = _row_model(row, notes)
+        model = _row_model(row, notes, stack.dropout)
     except (WindtunnelError, ValueError) as exc:
         return None, notes, f"model shape: {exc}"
-    source = row.get("source", "")
-    legacy = any(name in source for name in LEGACY_SOURCES)
-    # MegaScale lists FlashAttention-2 among its own optimisations over the Megatron-LM baseline.
-    unfused = legacy or ("MegaScale" in source and "Megatron-LM" in row.get("model", ""))
     seq_len = _int(row, "seq_len")
     if not seq_len:
         seq_len = 2048
@@ -188,30 +183,23 @@ def build_job(row: dict, *, fitted_override: dict | None = None) -> tuple[Traini
         notes.append("micro_batch blank: 1")
     sp = _bool(row, "sequence_parallel")
     if sp is None:
-        sp = not legacy and tp > 1
-        notes.append(f"sequence_parallel blank: {'on' if sp else 'off'} ({'pre-2022 Megatron' if legacy else 'Megatron default with TP'})")
-    dist_opt = _bool(row, "distributed_optimizer")
-    zero = 1 if (dist_opt or (dist_opt is None and not legacy)) else 0
-    if dist_opt is None:
-        notes.append(f"distributed_optimizer blank: ZeRO-{zero}")
-    if "fsdp=1" in row.get("notes", "").lower().replace(" ", ""):
-        zero = 3
-        notes.append("FSDP=1 in the source: parameters, gradients and optimizer sharded (ZeRO-3)")
-    overlap = not legacy and tp > 1 and sp
-    notes.append(f"TP communication overlap {'on (NVIDIA recipes)' if overlap else 'off'}")
-    fused_loss = any(name in source for name in FUSED_LOSS_SOURCES)
-    notes.append("cross-entropy " + ("fused (NeMo / Megatron-Bridge default)" if fused_loss
-                                     else "unfused fp32 (Megatron-LM default, or a stack without a fused loss)"))
-    bf16_reduce = any(name in source for name in BF16_GRAD_REDUCE_SOURCES)
-    notes.append("main gradients " + ("bf16, reduced in bf16 (the recipe sets grad_reduce_in_fp32=False)" if bf16_reduce
-                                      else "fp32, reduced in fp32 (Megatron default)"))
-    if legacy:
-        notes.append("attention unfused (the source predates FlashAttention in Megatron)")
-    elif unfused:
-        notes.append("attention unfused (MegaScale adds FlashAttention-2 as its own optimisation over this baseline)")
-    imbalance = 1.0 if "balanced" in row.get("notes", "").lower() else 1.1
+        sp = stack.comm.sequence_parallel and tp > 1
+        notes.append(f"sequence_parallel blank: {'on' if sp else 'off'} (the stack's default with TP)")
+    zero = _int(row, "zero_stage")
+    if zero is None:
+        dist_opt = _bool(row, "distributed_optimizer")
+        zero = stack.zero if dist_opt is None else (max(1, stack.zero) if dist_opt else 0)
+        notes.append(f"zero_stage blank: ZeRO-{zero} (" + ("the stack's default" if dist_opt is None else
+                                                          f"distributed_optimizer {str(dist_opt).lower()}") + ")")
+    overlap = stack.comm.tp_overlap and tp > 1 and sp
+    notes.append(f"TP communication overlap {'on' if overlap else 'off'} (the stack's default)")
+    grads = stack.comm.grad_reduce
+    notes.append(f"main gradients and their reduction in {grads} (the stack's default)")
+    imbalance = _float(row, "moe_imbalance")
+    if imbalance is None:
+        imbalance = 1.1
     if row.get("arch") == "moe":
-        notes.append(f"MoE imbalance {imbalance:.1f} ({'forced-balanced routing per source' if imbalance == 1.0 else 'default'})")
+        notes.append(f"MoE imbalance {imbalance:.2f}" + (" (stated)" if _float(row, "moe_imbalance") else " (default)"))
     try:
         cluster = load_hardware(hardware, devices)
     except WindtunnelError as exc:
@@ -229,27 +217,23 @@ def build_job(row: dict, *, fitted_override: dict | None = None) -> tuple[Traini
     stated = {name: getattr(options, name) for name in options.model_fields_set} if options else {}
     if stated:
         notes.append(f"stated by the source: {options_text}")
+    dispatcher = with_stack_defaults(Plan(), stack).dispatcher
     if ep > 1 and "dispatcher" not in stated:
-        notes.append("dispatcher: Megatron's default all-to-all (the source names no deduplicating dispatcher)")
+        notes.append(f"dispatcher: {dispatcher} (the stack's default; the source names none)")
 
-    def make(mode: str, layers: int = -1, offload: int = 0) -> TrainingJob:
+    def make(mode: str, layers: int = -1) -> TrainingJob:
         plan = Plan(tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, mbs=mbs, recompute=mode, recompute_layers=layers, sp=sp,
-                    zero=zero, tp_overlap=overlap, precision=precision,
-                    grads="bf16" if bf16_reduce else "fp32", offload_layers=offload, dispatcher="alltoall")
+                    zero=zero, tp_overlap=overlap, precision=precision, grads=grads, dispatcher=dispatcher)
         plan = plan.model_copy(update=stated)
         return TrainingJob(model=model, cluster=cluster, plan=plan, seq_len=seq_len,
-                           global_batch=_int(row, "global_batch"), flash_attention=not unfused, fused_loss=fused_loss,
-                           moe_imbalance=imbalance, fitted_override=fitted_override)
+                           global_batch=_int(row, "global_batch"), framework=stack, moe_imbalance=imbalance,
+                           fitted_override=fitted_override)
 
     if recompute:
         return make(recompute), notes, None
-    offload = next((layers for (name, chip, recipe), layers in RECIPE_OFFLOAD_LAYERS.items()
-                    if "Megatron-Bridge" in source and row["model"].startswith(name) and hardware == chip
-                    and recipe in row.get("notes", "")), 0)
-    if offload and _fits(make("none", offload=offload)):
-        notes.append(f"recompute blank: none, with the activations of {offload} layers offloaded to host memory "
-                     "(the Megatron-Bridge performance recipe's cpu_offloading_num_layers)")
-        return make("none", offload=offload), notes, None
+    if stated.get("offload_layers") and _fits(make("none")):
+        notes.append(f"recompute blank: none (activations of {stated['offload_layers']} layers offloaded, as stated)")
+        return make("none"), notes, None
     job, choice = _least_recompute(make, model.layers, pp * vpp)
     notes.append(f"recompute blank: {choice}")
     return job, notes, None
@@ -421,7 +405,7 @@ def _fit_group(scope: str, key: str, members: list[tuple[dict, TrainingJob]], fi
     from windtunnel.cost.efficiency import profile_dict
 
     precisions = sorted({job.plan.precision if job.plan.precision == "fp8" else "bf16" for _, job in members})
-    flash = any(job.flash_attention for _, job in members)
+    flash = any(load_stack(job.framework).kernels.attention != "unfused" for _, job in members)
     prior = profile_dict(members[0][1].cluster.chip, fitted_override={})
     bwd_ratio = prior["attention"]["bwd_efficiency"] / prior["attention"]["fwd_efficiency"]
     names = [f"gemm.{p}" for p in precisions] + (["attention.fwd"] if flash else [])

@@ -50,7 +50,7 @@ def attention_time(op: Op, chip: Chip, eff: Efficiency) -> float:
     kv_len = op.shape[2]
     window_keys, window_share = (op.shape[4], op.shape[5]) if len(op.shape) > 5 else (0, 0.0)
     peak = chip.peak("bf16") if "bf16" in chip.peak_flops else chip.peak("fp16")
-    maximum = eff.attention_fwd if op.phase != "bwd" else eff.attention_bwd
+    maximum = eff.attention_max(op.kernel, op.phase == "bwd")
     # At full efficiency the kernel is bound by the slower of its matrix units (score and value
     # FLOPs) and its special-function units (one exponential per score): small heads put more
     # exponentials on each FLOP, so on chips with few SFUs (Blackwell) they bound the kernel.

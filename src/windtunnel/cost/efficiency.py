@@ -62,10 +62,20 @@ class Efficiency:
     host_link: float = 0.8
     overlap_comm_units: int = 0
     unvectorized_bandwidth: float = 0.45
+    # Named attention kernels with published efficiencies on this chip's generation:
+    # (name, forward max, backward max); other kernels run at the calibrated fused kernel's.
+    attention_kernels: tuple[tuple[str, float, float], ...] = ()
     sources: tuple[str, ...] = ()
 
     def gemm_efficiency(self, precision: str) -> float:
         return self.gemm_max.get(precision, self.gemm_max.get("bf16", 0.7))
+
+    def attention_max(self, kernel: str, backward: bool) -> float:
+        """Maximum efficiency (fraction of the 16-bit peak) of attention kernel ``kernel``."""
+        for name, fwd, bwd in self.attention_kernels:
+            if name == kernel:
+                return bwd if backward else fwd
+        return self.attention_bwd if backward else self.attention_fwd
 
 
 def profile_dict(chip: Chip, fitted_override: dict | None = None) -> dict[str, Any]:
@@ -143,4 +153,6 @@ def efficiency_for(chip: Chip, fitted_override: dict | None = None) -> Efficienc
         host_library_call_s=float((p.get("host") or {}).get("library_call_s", 0.0)),
         host_link=float(p["host_link_efficiency"]),
         overlap_comm_units=int(p["overlap_comm_units"]),
+        attention_kernels=tuple(sorted((str(name), float(k["fwd_efficiency"]), float(k["bwd_efficiency"]))
+                                       for name, k in (p.get("attention_kernels") or {}).items())),
     )

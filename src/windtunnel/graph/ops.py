@@ -45,6 +45,8 @@ class Op:
     unvectorized: for a memory-bound op, the share of its HBM traffic moved by eager PyTorch
         kernels whose operands are broadcast, strided or of mixed dtypes: TensorIterator runs those
         without vectorized loads, at a fraction of the contiguous kernels' bandwidth.
+    kernel: for attention, the named kernel that runs it (the stack's: flash, fa2, triton-fa, ...),
+        whose efficiency profile the cost model uses.
     host_sync: after issuing this operator the host waits until its inputs are done on the device,
         because it must read a value they computed (e.g. MoE token counts, which size the dispatch
         and the grouped GEMMs); the next operator is issued only then, so the device may drain.
@@ -71,6 +73,7 @@ class Op:
     backward_host_ops: float | None = None
     host_sync: bool = False
     unvectorized: float = 0.0
+    kernel: str = ""
 
     @property
     def is_comm(self) -> bool:

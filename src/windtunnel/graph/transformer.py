@@ -37,6 +37,7 @@ class Sharding:
     dispatch_bytes: float = ACT_BYTES
     precision: str = "bf16"
     dedup_dispatch: bool = True
+    gather_dispatch: bool = False
     cuda_graphs: str = "none"
     # Stack kernels (specs.stack.Kernels): the attention kernel's efficiency profile, whether
     # elementwise work is fused, the host cost of a Linear call, and the context-parallel algorithm.
@@ -196,7 +197,7 @@ class _Builder:
                                   exponentials=scores / max(1, s.cp),
                                   bytes_moved=qkv_bytes + out_bytes, saved_bytes=saved / max(1, s.cp),
                                   shape=(b * heads, q_len, kv_len, qk_dim, window_keys, window_share), deps=deps,
-                                  precision="bf16", host_ops=TE_MODULE_HOST_OPS))
+                                  precision="bf16", host_ops=s.linear_host_ops, kernel=s.attention_kernel))
             if s.cp == 1:
                 return (first,)
             rest = self.g.add(Op("core_attention_ring", "attention",
@@ -204,7 +205,7 @@ class _Builder:
                                  exponentials=scores * (s.cp - 1) / s.cp,
                                  bytes_moved=(qkv_bytes + out_bytes) * (s.cp - 1), saved_bytes=saved * (s.cp - 1) / s.cp,
                                  shape=(b * heads, q_len, kv_len, qk_dim, window_keys, window_share), deps=(first, *ring),
-                                 precision="bf16"))
+                                 precision="bf16", kernel=s.attention_kernel))
             return (rest,)
         # Unfused attention (pre-FlashAttention Megatron): batched GEMMs plus softmax and dropout on the
         # full score matrix, whose activations are what selective recomputation avoids storing.
@@ -294,8 +295,15 @@ class _Builder:
         routed_tokens = tokens * moe.topk
         sent = s.dispatch_bytes * routed_tokens * m.hidden
         fanout = moe.topk if s.dedup_dispatch else 1
-        dispatch = (self.comm("dispatch", "all_to_all", "ep", sent, (permute,), fanout, host_ops=2.0)
-                    if s.ep > 1 else permute)
+        if s.gather_dispatch and s.ep > 1:
+            # Megatron's allgather dispatcher: every EP rank all-gathers the group's (unrouted) tokens and
+            # their routing, keeps those for its own experts, and reduce-scatters the outputs back: the
+            # volume does not grow with top-k (Megatron-Core token_dispatcher.MoEAllGatherTokenDispatcher).
+            gathered = s.dispatch_bytes * tokens * m.hidden * s.ep
+            dispatch = self.comm("dispatch", "all_gather", "ep", gathered, (permute,), host_ops=2.0)
+        else:
+            dispatch = (self.comm("dispatch", "all_to_all", "ep", sent, (permute,), fanout, host_ops=2.0)
+                        if s.ep > 1 else permute)
         local_experts = moe.experts // s.ep
         # Balanced routing sends tokens*topk tokens to this rank's experts on average; the busiest
         # rank of the EP group sets the pace, hence the imbalance factor.
@@ -310,8 +318,11 @@ class _Builder:
                             clamp=moe.activation_clamp is not None, bias=moe.expert_bias)
         if s.ep > 1 and local_experts > 1:
             down = self.memory("unsort_by_expert", received * m.hidden, (down,), passes=2.0, host_ops=3.0)
-        combine = (self.comm("combine", "all_to_all", "ep", ACT_BYTES * routed_tokens * m.hidden, (down,), fanout)
-                   if s.ep > 1 else down)
+        if s.gather_dispatch and s.ep > 1:
+            combine = self.comm("combine", "reduce_scatter", "ep", ACT_BYTES * tokens * m.hidden * s.ep, (down,))
+        else:
+            combine = (self.comm("combine", "all_to_all", "ep", ACT_BYTES * routed_tokens * m.hidden, (down,), fanout)
+                       if s.ep > 1 else down)
         # The routing probabilities are applied inside the expert activation (Megatron-Core's fused
         # weighted SwiGLU takes the permuted probabilities), whose saved input already gives their
         # gradient; the unpermutation only scatters and sums, so it keeps nothing for the backward.

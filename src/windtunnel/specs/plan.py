@@ -47,7 +47,9 @@ class Plan(BaseModel):
     ep_overlap: bool = False
     schedule: Schedule | None = None
     precision: Literal["bf16", "fp16", "fp8"] = "bf16"
-    dispatcher: Literal["alltoall", "deepep"] = "deepep"
+    # MoE token dispatch: deepep (deduplicating, DeepEP/HybridEP), alltoall (one copy per routed expert),
+    # allgather (Megatron's allgather dispatcher: every EP rank gathers the group's tokens and keeps its own).
+    dispatcher: Literal["alltoall", "deepep", "allgather"] = "deepep"
     cuda_graphs: CudaGraphs = "none"
     # Data types of the optimizer's state: the main gradients (Megatron's grad buffers, which are
     # also what data parallelism reduces; bf16 with --grad-reduce-in-bf16, Megatron-Bridge's

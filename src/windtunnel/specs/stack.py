@@ -93,6 +93,9 @@ class Stack(_Frozen):
     sharding: Sharding = Sharding()
     comm: Comm = Comm()
     memory: Memory = Memory()
+    # Hidden and attention dropout of a GPT-style (non-gated) model when the run does not state it
+    # (Megatron-LM's --hidden-dropout / --attention-dropout default 0.1).
+    dropout: float = Field(default=0.1, ge=0, lt=1)
     # Default ZeRO stage of a plan on this stack (1: Megatron's distributed optimizer; 3: FSDP FULL_SHARD).
     zero: int = Field(default=1, ge=0, le=3)
     sources: dict[str, str] = Field(default_factory=dict)

@@ -156,6 +156,7 @@ def screen_plan(space: SearchSpace, plan) -> float | None:
     pinned = SearchSpace(space.model, space.cluster, space.seq_len, space.global_batch, precision=plan.precision,
                          moe_imbalance=space.moe_imbalance, flash_attention=space.flash_attention,
                          fused_loss=space.fused_loss, cuda_graphs=plan.cuda_graphs, grads=plan.grads,
+                         framework=space.framework,
                          moments=plan.moments, dispatcher=plan.dispatcher,
                          choices={"tp": [plan.tp], "pp": [plan.pp], "vpp": [plan.vpp], "cp": [plan.cp], "ep": [plan.ep],
                                   "mbs": [plan.mbs], "recompute": [level], "zero": [plan.zero],

@@ -58,12 +58,13 @@ class SearchSpace:
     precision: str = "bf16"
     moe_imbalance: float = 1.1
     choices: dict[str, list] = field(default_factory=dict)
-    flash_attention: bool = True
-    fused_loss: bool = True
+    flash_attention: bool | None = None
+    fused_loss: bool | None = None
     cuda_graphs: str = "none"
     grads: str = "fp32"
     moments: str = "fp32"
     dispatcher: str = "deepep"
+    framework: str = "megatron"
 
     def __post_init__(self) -> None:
         model, cluster = self.model, self.cluster
@@ -119,6 +120,7 @@ class SearchSpace:
         doc = {"model": self.model.model_dump(), "cluster": self.cluster.model_dump(), "seq": self.seq_len,
                "batch": self.global_batch, "precision": self.precision, "imbalance": self.moe_imbalance,
                "flash": self.flash_attention, "fused_loss": self.fused_loss, "cuda_graphs": self.cuda_graphs,
+               "framework": self.framework,
                "grads": self.grads, "moments": self.moments, "dispatcher": self.dispatcher,
                "values": {k: [str(v) for v in vs] for k, vs in self.values.items()}}
         return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -239,7 +241,7 @@ def shard_job(space: SearchSpace, key: ShardKey) -> TrainingJob:
                 precision=space.precision, zero=1, cuda_graphs=space.cuda_graphs, dispatcher=space.dispatcher)
     return TrainingJob(model=space.model, cluster=cluster, plan=plan, seq_len=space.seq_len,
                        global_batch=key.mbs * dp, moe_imbalance=space.moe_imbalance,
-                       flash_attention=space.flash_attention, fused_loss=space.fused_loss)
+                       flash_attention=space.flash_attention, fused_loss=space.fused_loss, framework=space.framework)
 
 
 def cost_shard(space: SearchSpace, key: ShardKey) -> ShardCost:
@@ -523,7 +525,7 @@ def refine(space: SearchSpace, plan: Plan) -> TrainingResult:
     """The full event simulation of one candidate."""
     job = TrainingJob(model=space.model, cluster=space.cluster, plan=plan, seq_len=space.seq_len,
                       global_batch=space.global_batch, moe_imbalance=space.moe_imbalance,
-                      flash_attention=space.flash_attention, fused_loss=space.fused_loss)
+                      flash_attention=space.flash_attention, fused_loss=space.fused_loss, framework=space.framework)
     return simulate(job)
 
 

@@ -135,6 +135,7 @@ class _StepBuilder:
                               context_parallel=stack.comm.context_parallel,
                               moe_imbalance=job.moe_imbalance if plan.ep > 1 or model.moe else 1.0,
                               precision=plan.precision, dedup_dispatch=plan.dispatcher == "deepep",
+                              gather_dispatch=plan.dispatcher == "allgather",
                               dispatch_bytes=1.0 if plan.precision == "fp8" else ACT_BYTES,
                               cuda_graphs="full" if kernels.host_issue == "compiled" else plan.cuda_graphs)
         self.coster = LayerCoster(cluster, self.placement, self.eff, plan.precision,
