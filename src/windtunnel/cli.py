@@ -149,11 +149,10 @@ def train_search(
     from windtunnel.report.search_report import search_table, write_html, write_table
     from windtunnel.search.backends import make_backend
     from windtunnel.specs.hardware import load_hardware
+    from windtunnel.specs.plan import Plan
+    from windtunnel.specs.stack import load_stack, with_stack_defaults
     from windtunnel.train.search import search_training
     from windtunnel.train.space import SearchSpace
-
-    from windtunnel.specs.stack import load_stack, with_stack_defaults
-    from windtunnel.specs.plan import Plan
 
     if precision not in ("bf16", "fp16", "fp8"):
         raise WindtunnelError(f"Field 'precision' is '{precision}'; valid: bf16, fp16, fp8.", field="precision")
