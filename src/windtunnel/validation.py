@@ -307,6 +307,14 @@ def _metric_value(row: dict, job: TrainingJob, result) -> tuple[float, bool]:
     raise WindtunnelError(f"unknown metric {metric}")
 
 
+def _row_facts(row: dict) -> dict:
+    """What the accuracy reports group rows by: stack, chip, model shape, sequence length, devices."""
+    shape = "x".join(row.get(key) or "" for key in ("layers", "hidden", "ffn_hidden", "heads", "moe_experts"))
+    return {"framework": (row.get("framework") or DEFAULT_STACK).strip(), "chip": row.get("hardware", ""),
+            "model": f"{row.get('model', '')} [{shape}]", "seq_len": _int(row, "seq_len"),
+            "devices": _int(row, "n_devices")}
+
+
 def validate_rows(rows: list[dict], *, fitted_override: dict | None = None, only: set[str] | None = None) -> list[RowResult]:
     """Predict every row (or the ``only`` ids)."""
     out = []
@@ -320,21 +328,24 @@ def validate_rows(rows: list[dict], *, fitted_override: dict | None = None, only
         except WindtunnelError as exc:
             job, notes, skip = None, [], str(exc)
         group = row_group(row) if row.get("hardware") in chip_names() else row.get("hardware", "")
+        facts = _row_facts(row)
         if skip:
             out.append(RowResult(row["id"], row["metric"], measured, None, None, role, f"skipped: {skip}", notes,
-                                 row.get("source", ""), group, row.get("arch") or "dense"))
+                                 row.get("source", ""), group, row.get("arch") or "dense", **facts))
             continue
         try:
             predicted, result = _predict(row, job)
             feasible = result.feasible
         except WindtunnelError as exc:
             out.append(RowResult(row["id"], row["metric"], measured, None, None, role, f"skipped: {exc}", notes,
-                                 row.get("source", ""), group, row.get("arch") or "dense"))
+                                 row.get("source", ""), group, row.get("arch") or "dense", **facts))
             continue
         error = (predicted - measured) / measured if measured else None
         status = "predicted" if feasible else "predicted (plan over memory in the model)"
+        facts["fits"] = feasible
         out.append(RowResult(row["id"], row["metric"], measured, predicted, error, role, status,
-                             [f"plan {result.plan}", *notes], row.get("source", ""), group, row.get("arch") or "dense"))
+                             [f"plan {result.plan}", *notes], row.get("source", ""), group, row.get("arch") or "dense",
+                             **facts))
     return out
 
 
