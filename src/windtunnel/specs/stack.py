@@ -56,6 +56,20 @@ class Sharding(_Frozen):
     # Gradients are reduce-scattered after every micro-batch's backward (FSDP without no_sync) rather
     # than accumulated unsharded and reduced once per step.
     reduce_every_micro_batch: bool = True
+    # Blocks are still resharded after forward when the plan also pipelines (False: torchtitan keeps
+    # gathered blocks between forward and backward under PP, so a rank holds all its blocks gathered).
+    reshard_with_pp: bool = True
+    # Gradients are still reduce-scattered every micro-batch when the plan also pipelines (False:
+    # torch.distributed.pipelining turns gradient sync off until the last micro-batch, so every block
+    # of the rank accumulates its unsharded gradient in the reduction dtype).
+    reduce_with_pp: bool = True
+    # Layers whose unsharded gradients (16-bit, plus a copy in the reduction dtype when it differs)
+    # are alive at once while they are reduce-scattered.
+    reducing_layers: int = Field(default=1, ge=0)
+    # The sharded fp32 parameters are the optimizer's master weights and no sharded 16-bit copy is
+    # kept (FSDP MixedPrecision casts at the all-gather); False: a 16-bit partition beside the fp32
+    # master partition (DeepSpeed ZeRO-3, Megatron-FSDP).
+    fp32_sharded_params: bool = False
 
 
 class Comm(_Frozen):
@@ -79,8 +93,13 @@ class Comm(_Frozen):
 class Memory(_Frozen):
     """Device memory the stack holds besides the model's tensors (bytes, fractions)."""
 
+    # Bytes held outside the allocator's tensors: CUDA/CANN context, library workspaces, NCCL/HCCL buffers.
     reserve_bytes: float = Field(default=2.0 * 2**30, ge=0)
+    # Caching-allocator fragmentation on dynamic memory (activations and step transients), a fraction.
     fragmentation: float = Field(default=0.05, ge=0, le=1)
+    # Bytes per logit the loss's backward allocates beyond what its forward saved (0: a fused
+    # cross-entropy writes its gradient in place; eager F.cross_entropy on fp32 logits: 8).
+    loss_workspace_bytes_per_logit: float = Field(default=0.0, ge=0)
 
 
 class Stack(_Frozen):

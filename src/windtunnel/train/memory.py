@@ -98,11 +98,122 @@ def state_bytes(share: ParamShare, zero: int, states: StateBytes = StateBytes())
 
 
 def device_memory(share: ParamShare, zero: int, activation_bytes: float, buffer_bytes: float,
-                  *, zero3_working_bytes: float = 0.0, states: StateBytes = StateBytes()) -> MemoryBreakdown:
-    """Peak bytes on one device: model states, activations (with fragmentation), buffers, reserve."""
+                  *, zero3_working_bytes: float = 0.0, states: StateBytes = StateBytes(),
+                  reserve_bytes: float = FRAMEWORK_RESERVE_BYTES, fragmentation: float = FRAGMENTATION - 1.0,
+                  persistent_weights: bool = True) -> MemoryBreakdown:
+    """Peak bytes on one device: model states, activations (with the allocator's ``fragmentation``,
+    a fraction), buffers, the stack's ``reserve_bytes``. ``persistent_weights`` False: under ZeRO-3
+    the sharded fp32 parameters are the optimizer's master copy and no sharded 16-bit copy is kept
+    (FSDP), so 16-bit weights exist only as gathered buffers (``zero3_working_bytes``)."""
     weights, grads, optimizer = state_bytes(share, zero, states)
+    if not persistent_weights:
+        weights = 0.0
     buffers = buffer_bytes + (states.bucket_bytes() if zero < 3 else 0.0) + zero3_working_bytes
     return MemoryBreakdown(
         weights=weights, gradients=grads, optimizer=optimizer,
-        activations=activation_bytes * FRAGMENTATION, buffers=buffers, reserve=FRAMEWORK_RESERVE_BYTES,
+        activations=activation_bytes * (1.0 + fragmentation), buffers=buffers, reserve=reserve_bytes,
     )
+
+
+# ---- one training step's peak -----------------------------------------------------------------
+
+LAYER_MODULES = ("dense", "moe")
+
+
+@dataclass
+class StepMemory:
+    """The worst pipeline rank's peak memory of a step, and the host memory offloading needs (bytes)."""
+
+    rank: int
+    memory: MemoryBreakdown
+    host_bytes: float
+
+
+def _layer_transient(builder, kind: str, mode: str) -> float:
+    """Bytes a layer holds beyond its saved activations while its backward runs: a fully recomputed
+    layer re-materialises its whole forward (Korthikanti et al. 2022 Sec. 4: 'only the input of each
+    layer is stored, and the activations of one layer are recomputed during its backward'); a
+    selectively recomputed one, the part it dropped."""
+    from windtunnel.train.layers import saved_activation_bytes
+
+    graph = builder.forward_graphs[kind]
+    if mode == "none":
+        return 0.0
+    return max(0.0, saved_activation_bytes(graph, "none") - saved_activation_bytes(graph, mode))
+
+
+def _loss_transient(builder) -> float:
+    """Bytes of the loss's backward beyond what the forward saved: the stack's workspace per logit
+    (an eager fp32 cross entropy allocates the fp32 gradients of the log-probabilities and of the
+    logits beside the saved log-probabilities)."""
+    shard, model = builder.shard, builder.job.model
+    logits = shard.tokens * model.vocab / builder.plan.tp
+    return builder.stack.memory.loss_workspace_bytes_per_logit * logits
+
+
+def step_memory(builder, chunks: dict) -> StepMemory:
+    """Peak bytes per device of a training step, every pipeline rank, the worst one reported.
+
+    ``builder`` is the step builder (plan, placement, stack, graphs, layer parameters); ``chunks``
+    its costed model chunks keyed by (rank, chunk). Per rank: model states sharded by ZeRO; the saved
+    activations of the micro-batches in flight; the largest transient of the step (a recomputed
+    layer's re-materialised forward, or the loss's backward workspace on the last stage); under
+    ZeRO-3/FSDP the gathered 16-bit parameters and the unsharded gradients being reduce-scattered;
+    Megatron's gradient buckets below ZeRO-3; MoE dispatch buffers; the stack's reserve and
+    allocator fragmentation (bytes).
+    """
+    from windtunnel.graph.transformer import ACT_BYTES
+    from windtunnel.train.schedule import in_flight_micro_batches
+
+    plan, model, job, stack = builder.plan, builder.job.model, builder.job, builder.stack
+    states: StateBytes = builder.states
+    sharding = stack.sharding
+    worst: StepMemory | None = None
+    host_bytes = 0.0
+    for rank in range(plan.pp):
+        mine = [c for (r, _), c in chunks.items() if r == rank]
+        share = ParamShare(dense=sum(c.dense_params for c in mine), expert=sum(c.expert_params for c in mine),
+                           dense_dp=builder.placement.dp.size, expert_dp=builder.placement.expert_dp.size)
+        per_chunk = sum(c.activation_bytes for c in mine) / len(mine)
+        in_flight = in_flight_micro_batches(builder.schedule, plan.pp, plan.vpp, rank, builder.micro_batches,
+                                            ep_overlap=plan.ep_overlap)
+        activations = per_chunk * in_flight
+        host_bytes = max(host_bytes, sum(c.offloaded_bytes for c in mine) / len(mine) * in_flight)
+        # The largest transient of the step: they happen at different times (the loss's backward
+        # first, then each layer's), so only the largest adds to the saved activations.
+        transient = 0.0
+        for chunk in mine:
+            for kind, mode in zip(chunk.layers, chunk.modes, strict=True):
+                if kind in LAYER_MODULES:
+                    transient = max(transient, _layer_transient(builder, kind, mode))
+                elif kind == "head":
+                    transient = max(transient, _loss_transient(builder))
+        buffers = 0.0
+        if model.moe and plan.ep > 1:
+            tokens_local = builder.shard.sp_tokens * model.moe.topk * model.hidden * ACT_BYTES
+            buffers += 2 * tokens_local * job.moe_imbalance
+        zero3 = 0.0
+        persistent_weights = True
+        if plan.zero >= 3:
+            dense, expert = builder.layer_params("moe" if model.moe else "dense")
+            layer = dense + expert
+            resharded = sharding.reshard_after_forward and (plan.pp == 1 or sharding.reshard_with_pp)
+            # Gathered 16-bit parameters: the running layer and those prefetched, or, when blocks stay
+            # unsharded between forward and backward, every block of this rank.
+            gathered = sharding.gathered_layers * layer if resharded else max(share.total, sharding.gathered_layers * layer)
+            # The unsharded gradient of the layer being reduce-scattered: 16-bit, plus its copy in
+            # the reduction dtype when that differs (FSDP MixedPrecision reduce_dtype=fp32).
+            reducing = layer * (WEIGHT_BYTES + (states.grads if states.grads != WEIGHT_BYTES else 0.0))
+            zero3 = gathered * WEIGHT_BYTES + sharding.reducing_layers * reducing
+            if plan.pp > 1 and not sharding.reduce_with_pp and builder.micro_batches > 1:
+                # Unsharded gradients of every block of the rank, accumulated over the micro-batches.
+                zero3 += share.total * states.grads
+            persistent_weights = not sharding.fp32_sharded_params
+        memory = device_memory(share, plan.zero, activations + transient, buffers, zero3_working_bytes=zero3,
+                               states=states, reserve_bytes=stack.memory.reserve_bytes,
+                               fragmentation=stack.memory.fragmentation, persistent_weights=persistent_weights)
+        memory.parts.update({"saved_activations": activations, "transient": transient, "zero3_buffers": zero3})
+        if worst is None or memory.total > worst.memory.total:
+            worst = StepMemory(rank, memory, 0.0)
+    worst.host_bytes = host_bytes
+    return worst

@@ -32,10 +32,10 @@ from windtunnel.specs.stack import DEFAULT_STACK, Stack, load_stack, with_stack_
 from windtunnel.train.flops import model_flops_per_token
 from windtunnel.train.layers import ZERO, LayerCoster, Played, backward_with_recompute, saved_activation_bytes
 from windtunnel.train.layout import LAYER_KINDS, stage_modules
-from windtunnel.train.memory import WEIGHT_BYTES, ParamShare, StateBytes, device_memory
+from windtunnel.train.memory import WEIGHT_BYTES, StateBytes, step_memory
 from windtunnel.train.placement import Placement, place_plan
 from windtunnel.train.result import TrainingResult
-from windtunnel.train.schedule import Block, in_flight_micro_batches, schedule_orders
+from windtunnel.train.schedule import Block, schedule_orders
 
 GIB = float(2**30)
 
@@ -540,32 +540,9 @@ def simulate(job: TrainingJob) -> TrainingResult:
         for key, value in parts.items():
             breakdown[key] = breakdown.get(key, 0.0) + value / plan.pp
 
-    # Memory: every rank, the worst one reported.
-    worst = None
-    host_bytes = 0.0
-    for rank in range(plan.pp):
-        mine = [c for (r, _), c in chunks.items() if r == rank]
-        share = ParamShare(dense=sum(c.dense_params for c in mine), expert=sum(c.expert_params for c in mine),
-                           dense_dp=builder.placement.dp.size, expert_dp=builder.placement.expert_dp.size)
-        per_chunk = sum(c.activation_bytes for c in mine) / len(mine)
-        in_flight = in_flight_micro_batches(builder.schedule, plan.pp, plan.vpp, rank, builder.micro_batches,
-                                            ep_overlap=plan.ep_overlap)
-        activations = per_chunk * in_flight
-        host_bytes = max(host_bytes, sum(c.offloaded_bytes for c in mine) / len(mine) * in_flight)
-        buffers = 0.0
-        if model.moe and plan.ep > 1:
-            tokens_local = builder.shard.sp_tokens * model.moe.topk * model.hidden * ACT_BYTES
-            buffers += 2 * tokens_local * job.moe_imbalance
-        zero3 = 0.0
-        if plan.zero >= 3:
-            dense, expert = builder.layer_params("moe" if model.moe else "dense")
-            zero3 = 2 * (dense + expert) * WEIGHT_BYTES
-        # DualPipe's two parameter copies are already in ``share``: each rank sums both of its chunks.
-        memory = device_memory(share, plan.zero, activations, buffers, zero3_working_bytes=zero3,
-                               states=builder.states)
-        if worst is None or memory.total > worst[1].total:
-            worst = (rank, memory)
-    worst_rank, memory = worst
+    # Memory: every rank, the worst one reported (train/memory.step_memory).
+    worst_memory = step_memory(builder, chunks)
+    worst_rank, memory, host_bytes = worst_memory.rank, worst_memory.memory, worst_memory.host_bytes
     capacity = chip.hbm_bytes
     feasible = memory.total <= capacity
     reason = None
