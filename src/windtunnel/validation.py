@@ -8,6 +8,7 @@ calibration rows only, and the accuracy that counts is on the validation rows.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from windtunnel.train.step import TrainingJob, simulate
 METRICS = ("sec_per_iter", "tokens_per_s_per_device", "model_tflops_per_device", "mfu", "hfu", "peak_memory_gib")
 REQUIRED = ("id", "model", "hardware", "n_devices", "metric", "value")
 SINGLE_NODE = 8
+DEFAULT_FAMILY = "megatron"  # calibration family whose fits are the chips' defaults
 # Tokenizer sizes of model families, used when a row leaves the vocabulary blank (a public fact about
 # the model, not a fitted value).
 FAMILY_VOCAB = {
@@ -406,7 +408,18 @@ def _analyst_notes(csv_path: str) -> dict[str, str]:
 # ---- calibration ---------------------------------------------------------------------------------
 
 
-def _fit_group(scope: str, key: str, members: list[tuple[dict, TrainingJob]], fitted: dict) -> tuple[dict, dict]:
+def _place(fitted: dict, family: str, scope: str, key: str, profile: dict) -> dict:
+    """A copy of ``fitted`` with ``profile`` at scope/key: top level for the default family, else under
+    ``families.<family>``."""
+    out = {"generations": dict(fitted.get("generations") or {}), "chips": dict(fitted.get("chips") or {}),
+           "families": {name: {k: dict(v) for k, v in fam.items()} for name, fam in (fitted.get("families") or {}).items()}}
+    target = out if family == DEFAULT_FAMILY else out["families"].setdefault(family, {"generations": {}, "chips": {}})
+    target.setdefault(scope, {})[key] = profile
+    return out
+
+
+def _fit_group(scope: str, key: str, members: list[tuple[dict, TrainingJob]], fitted: dict,
+               family: str = "megatron") -> tuple[dict, dict]:
     """Fit one group's efficiencies; returns (profile override, report)."""
     import dataclasses
 
@@ -416,10 +429,14 @@ def _fit_group(scope: str, key: str, members: list[tuple[dict, TrainingJob]], fi
     from windtunnel.cost.efficiency import profile_dict
 
     precisions = sorted({job.plan.precision if job.plan.precision == "fp8" else "bf16" for _, job in members})
-    flash = any(load_stack(job.framework).kernels.attention != "unfused" for _, job in members)
-    prior = profile_dict(members[0][1].cluster.chip, fitted_override={})
-    bwd_ratio = prior["attention"]["bwd_efficiency"] / prior["attention"]["fwd_efficiency"]
-    names = [f"gemm.{p}" for p in precisions] + (["attention.fwd"] if flash else [])
+    # The attention kernel the rows run (the stack's): the calibrated fused kernel ('flash') or a named one.
+    kernels = sorted({load_stack(job.framework).kernels.attention for _, job in members} - {"unfused"})
+    kernel = kernels[0] if len(kernels) == 1 else ("flash" if "flash" in kernels else "")
+    flash = bool(kernel)
+    prior = profile_dict(members[0][1].cluster.chip, fitted_override={} if family == DEFAULT_FAMILY else fitted)
+    attention_prior = (prior.get("attention_kernels") or {}).get(kernel) or prior["attention"]
+    bwd_ratio = attention_prior["bwd_efficiency"] / attention_prior["fwd_efficiency"]
+    names = [f"gemm.{p}" for p in precisions] + ([f"attention.{kernel}.fwd"] if flash else [])
 
     def override(values) -> dict:
         gemm = {}
@@ -429,18 +446,19 @@ def _fit_group(scope: str, key: str, members: list[tuple[dict, TrainingJob]], fi
         profile: dict = {"gemm": {"max_efficiency": gemm}}
         if flash:
             fwd = round(float(values[-1]), 4)
-            profile["attention"] = {"fwd_efficiency": fwd, "bwd_efficiency": round(fwd * bwd_ratio, 4)}
+            fit = {"fwd_efficiency": fwd, "bwd_efficiency": round(fwd * bwd_ratio, 4)}
+            profile.update({"attention": fit} if kernel == "flash" else {"attention_kernels": {kernel: fit}})
         return profile
 
     start = np.array([prior["gemm"]["max_efficiency"][p] for p in precisions]
-                     + ([prior["attention"]["fwd_efficiency"]] if flash else []), dtype=float)
+                     + ([attention_prior["fwd_efficiency"]] if flash else []), dtype=float)
     lower = np.array([GEMM_BOUNDS[0]] * len(precisions) + ([ATTENTION_BOUNDS[0]] if flash else []))
     upper = np.array([GEMM_BOUNDS[1]] * len(precisions) + ([ATTENTION_BOUNDS[1]] if flash else []))
 
     def loss(x) -> float:
         values = np.clip(x, lower, upper)
-        fitted_now = {"generations": dict(fitted["generations"]), "chips": {}}
-        fitted_now[scope] = {**fitted_now.get(scope, {}), key: override(values)}
+        base = fitted if family != DEFAULT_FAMILY else {"generations": dict(fitted["generations"]), "chips": {}}
+        fitted_now = _place(base, family, scope, key, override(values))
         total = 0.0
         for row, job in members:
             predicted, _ = predict_metric(row, dataclasses.replace(job, fitted_override=fitted_now))
@@ -460,7 +478,9 @@ def _fit_group(scope: str, key: str, members: list[tuple[dict, TrainingJob]], fi
 
 def calibrate(rows: list[dict], *, write: bool = True) -> dict:
     """Fit efficiencies on the calibration rows: per hardware generation (all its calibration rows
-    pooled, used by chips without rows of their own), then per chip that has calibration rows.
+    pooled, used by chips without rows of their own), then per chip that has calibration rows; first
+    for the default (Megatron) calibration family, then for each other stack family that has
+    calibration rows (eager PyTorch, MindSpeed, ...), on top of the default fits.
 
     The free parameters of a group are the GEMM efficiency of each precision its rows use and the
     flash-attention efficiency (forward; backward keeps the prior's ratio to forward), fitted jointly
@@ -473,20 +493,32 @@ def calibrate(rows: list[dict], *, write: bool = True) -> dict:
         job, _, skip = build_job(row, fitted_override={})
         if job is not None and not skip:
             members.append((row, job))
-    fitted: dict = {"generations": {}, "chips": {}}
+    fitted: dict = {"generations": {}, "chips": {}, "families": {}}
     report: dict = {}
-    for scope, key_of in (("generations", lambda job: job.cluster.chip.generation), ("chips", lambda job: job.cluster.chip.id)):
-        groups: dict[str, list[tuple[dict, TrainingJob]]] = {}
-        for row, job in members:
-            groups.setdefault(key_of(job), []).append((row, job))
-        for key, group in sorted(groups.items()):
-            profile, fit = _fit_group(scope, key, group, fitted)
-            fitted[scope][key] = profile
-            report[f"{scope[:-1]} {key}"] = fit
+    families = sorted({load_stack(job.framework).calibration_family for _, job in members},
+                      key=lambda name: (name != DEFAULT_FAMILY, name))
+    for family in families:
+        mine = [(row, job) for row, job in members if load_stack(job.framework).calibration_family == family]
+        for scope, key_of in (("generations", lambda job: job.cluster.chip.generation),
+                              ("chips", lambda job: job.cluster.chip.id)):
+            groups: dict[str, list[tuple[dict, TrainingJob]]] = {}
+            for row, job in mine:
+                groups.setdefault(key_of(job), []).append((row, job))
+            for key, group in sorted(groups.items()):
+                if family != DEFAULT_FAMILY:
+                    group = [(row, dataclasses.replace(job, fitted_override=fitted)) for row, job in group]
+                profile, fit = _fit_group(scope, key, group, fitted, family)
+                fitted = _place(fitted, family, scope, key, profile)
+                label = f"{scope[:-1]} {key}" if family == DEFAULT_FAMILY else f"{family} {scope[:-1]} {key}"
+                report[label] = fit
+    if not fitted["families"]:
+        del fitted["families"]
     if write:
-        header = ("# Fitted efficiencies, written by `windtunnel calibrate training validation/training_runs.csv`.\n"
+        header = ("# Fitted efficiencies, written by `windtunnel calibrate training validation/training_runs.csv "
+                  "validation/training_runs_2.csv`.\n"
                   "# Fitted on calibration rows only (dense models on a single node, <= 8 devices); generations without one keep\n"
-                  "# the priors of efficiency.yaml. Values replace the priors for that hardware generation.\n")
+                  "# the priors of efficiency.yaml. Values replace the priors for that hardware generation; families.<name>\n"
+                  "# holds the fits of a stack calibration family (stack field calibration_family) over the default ones.\n")
         body = yaml.safe_dump({"fitted": fitted, "fit_report": report}, sort_keys=True)
         write_atomic(catalog_dir("calibration.yaml"), header + body)
         clear_caches()

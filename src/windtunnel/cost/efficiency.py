@@ -78,8 +78,10 @@ class Efficiency:
         return self.attention_bwd if backward else self.attention_fwd
 
 
-def profile_dict(chip: Chip, fitted_override: dict | None = None) -> dict[str, Any]:
-    """The merged raw profile for ``chip`` (defaults <- generation <- chip <- fitted)."""
+def profile_dict(chip: Chip, fitted_override: dict | None = None, family: str = "") -> dict[str, Any]:
+    """The merged raw profile for ``chip`` (defaults <- generation <- chip <- fitted), then, for a stack
+    whose calibration ``family`` has fits of its own (kernels a stack family runs, e.g. eager PyTorch's
+    cuBLAS calls vs Transformer Engine's), that family's generation and chip fits."""
     priors = _priors()
     profile = deep_merge(priors.get("defaults", {}), (priors.get("generations") or {}).get(chip.generation, {}))
     profile = deep_merge(profile, (priors.get("chips") or {}).get(chip.id, {}))
@@ -95,7 +97,9 @@ def profile_dict(chip: Chip, fitted_override: dict | None = None) -> dict[str, A
         for precision in list(gemm):
             if precision not in fitted_precisions:
                 gemm[precision] = round(float(gemm[precision]) * factor, 4)
-    return profile
+    own = ((fitted.get("families") or {}).get(family) or {}) if family else {}
+    profile = deep_merge(profile, (own.get("generations") or {}).get(chip.generation, {}))
+    return deep_merge(profile, (own.get("chips") or {}).get(chip.id, {}))
 
 
 def _gemm_fit(fit: dict) -> dict:
@@ -128,9 +132,9 @@ def _sustained_factor(chip: Chip, fitted: dict) -> float:
     return sum(ratios) / len(ratios) if ratios else 1.0
 
 
-def efficiency_for(chip: Chip, fitted_override: dict | None = None) -> Efficiency:
-    """The efficiency profile of ``chip``."""
-    p = profile_dict(chip, fitted_override)
+def efficiency_for(chip: Chip, fitted_override: dict | None = None, family: str = "") -> Efficiency:
+    """The efficiency profile of ``chip`` as a stack of calibration ``family`` runs it."""
+    p = profile_dict(chip, fitted_override, family)
     gemm, attention, comm = p["gemm"], p["attention"], p["comm"]
     return Efficiency(
         gemm_max={k: float(v) for k, v in gemm["max_efficiency"].items()},

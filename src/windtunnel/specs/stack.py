@@ -112,6 +112,10 @@ class Stack(_Frozen):
     sharding: Sharding = Sharding()
     comm: Comm = Comm()
     memory: Memory = Memory()
+    # Stacks of one family run the same kernel libraries the same way (Megatron/TE, eager PyTorch,
+    # MindSpeed on torch_npu, XLA) and share calibrated efficiencies (catalog/calibration.yaml,
+    # fitted.families); a family without fits of its own runs at the chip's default (Megatron-fitted) ones.
+    calibration_family: str = "megatron"
     # Hidden and attention dropout of a GPT-style (non-gated) model when the run does not state it
     # (Megatron-LM's --hidden-dropout / --attention-dropout default 0.1).
     dropout: float = Field(default=0.1, ge=0, lt=1)
@@ -209,7 +213,7 @@ _PLAN_DEFAULTS = {
     "grads": lambda stack: stack.comm.grad_reduce,
     "sp": lambda stack: stack.comm.sequence_parallel,
     "tp_overlap": lambda stack: stack.comm.tp_overlap,
-    "dispatcher": lambda stack: "deepep" if stack.comm.moe_dispatcher == "deepep" else "alltoall",
+    "dispatcher": lambda stack: stack.comm.moe_dispatcher,
 }
 
 

@@ -167,19 +167,23 @@ class LayerCoster:
             engine.task(op.name + ".wait", stream, 0.0, inputs, category="host_overhead")
         return issued
 
-    def play(self, graphs: list[OpGraph], *, concurrent: bool = False, zero3_gather: float = 0.0) -> Played:
+    def play(self, graphs: list[OpGraph], *, concurrent: bool = False, zero3_gather: float = 0.0,
+             comm_units: int = 0) -> Played:
         """Play DAGs on one rank's streams. Sequential by default (each graph after the previous one);
         ``concurrent`` gives each graph its own streams that share the device's compute and links,
         as DualPipe runs a forward and a backward chunk together so that one's all-to-all hides
-        under the other's compute."""
+        under the other's compute. ``zero3_gather`` (seconds) is sharded data parallelism's transfer
+        for the layer, run beside it; its kernels hold ``comm_units`` compute units meanwhile."""
+        played = self._play(graphs, concurrent=concurrent)
+        if zero3_gather <= 0:
+            return played
+        exposed = zero3_exposed(played.time, zero3_gather, comm_units / max(1, self.eff.compute_units))
+        return played + Played(exposed, {"dp_comm": exposed})
+
+    def _play(self, graphs: list[OpGraph], *, concurrent: bool = False) -> Played:
         engine = Engine()
         task_of: dict[tuple[int, int], list[int]] = {}
         flops = model_flops = 0.0
-        if zero3_gather > 0:
-            # ZeRO-3 prefetch: while this layer computes, the next layer's parameters are gathered
-            # (and, in backward, this layer's gradients reduce-scattered); in steady state a layer
-            # takes the longer of the two, so the transfer runs beside the compute, ungated.
-            engine.task("zero3_param_gather", "dp", zero3_gather, (), category="dp_comm")
         previous_sinks: tuple[int, ...] = ()
         primaries = ["compute"]
         # Overlapped chunks run their all-to-alls beside the other chunk's compute: the communication
@@ -230,6 +234,22 @@ class LayerCoster:
         parts = attribute(timeline, primary=tuple(primaries), others=COMM_STREAMS + streams, background=hosts)
         parts.pop("idle", None)
         return Played(timeline.makespan, parts, flops, model_flops)
+
+
+def zero3_exposed(compute_s: float, transfer_s: float, held: float) -> float:
+    """Seconds a layer's sharded-DP transfer adds to its ``compute_s``: ZeRO-3 / FSDP prefetch gathers the
+    next layer's parameters (in backward also reduce-scatters this layer's gradients) while this layer
+    computes, so in steady state the layer takes the longer of the two; meanwhile the collective kernels
+    hold a share ``held`` of the compute units and the compute runs on the rest (rate 1 - held).
+
+    With r = 1 - held, compute finishes at c + held * min(t, c / r) and the layer at the later of that and
+    the transfer t.
+    """
+    if transfer_s <= 0:
+        return 0.0
+    rate = max(1e-6, 1.0 - held)
+    slowed = compute_s + held * min(transfer_s, compute_s / rate)
+    return max(transfer_s, slowed) - compute_s
 
 
 def recompute_graph(forward: OpGraph, mode: str) -> OpGraph:

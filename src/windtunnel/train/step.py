@@ -114,7 +114,7 @@ class _StepBuilder:
         self.chip = cluster.chip
         self.chip.peak(plan.precision)  # clear error if the chip lacks this precision
         self.placement: Placement = place_plan(plan, cluster)
-        self.eff = efficiency_for(self.chip, job.fitted_override)
+        self.eff = efficiency_for(self.chip, job.fitted_override, stack.calibration_family)
         self.states = StateBytes.of(plan.grads, plan.moments)
         if plan.offload_layers and not (self.chip.host_link_bandwidth and self.chip.host_memory_bytes):
             raise WindtunnelError(
@@ -152,6 +152,8 @@ class _StepBuilder:
                 self.forward_graphs["mtp_embedding"] = self.forward_graphs["embedding"]
                 self.forward_graphs["mtp_proj"] = mtp_projection_forward(model, self.shard)
                 self.forward_graphs["mtp_head"] = self.forward_graphs["head"]
+        # Compute units NCCL/HCCL kernels hold while sharded-DP transfers run beside the compute.
+        self.comm_units = stack.comm.comm_units or 0
         self._played: dict[tuple[str, str], Played] = {}
         self._backward: dict[tuple[str, str], list[OpGraph]] = {}
 
@@ -187,7 +189,8 @@ class _StepBuilder:
             return 0.0, 0.0
         dense, expert = self.layer_params(kind)
         gather = self._dp_collective("all_gather", dense, expert, WEIGHT_BYTES)
-        reduce = gather  # gradients are reduce-scattered in 16-bit, same volume as the gather
+        # Gradients are reduce-scattered in the main-gradient dtype (FSDP's reduce_dtype).
+        reduce = self._dp_collective("reduce_scatter", dense, expert, self.states.grads)
         return gather, gather + reduce
 
     def zero2_reduce(self, kind: str) -> float:
@@ -211,12 +214,12 @@ class _StepBuilder:
             graph = self.forward_graphs[kind]
             gather_fwd, gather_bwd = self.zero3_times(kind)
             if phase == "fwd":
-                self._played[key] = self.coster.play([graph], zero3_gather=gather_fwd)
+                self._played[key] = self.coster.play([graph], zero3_gather=gather_fwd, comm_units=self.comm_units)
             else:
                 mode = phase.split("-", 1)[1]
                 graphs = self.backward_graphs(kind, mode)
                 gather = gather_bwd if self.plan.zero >= 3 else 0.0
-                played = self.coster.play(graphs, zero3_gather=gather)
+                played = self.coster.play(graphs, zero3_gather=gather, comm_units=self.comm_units)
                 reduce = self.zero2_reduce(kind) if self.plan.zero == 2 else 0.0
                 if reduce > played.time:
                     # ZeRO-2 reduce-scatters run beside the next layer's backward; only what they
