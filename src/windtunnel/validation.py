@@ -81,10 +81,12 @@ def row_group(row: dict) -> str:
 def row_role(row: dict, rows: list[dict] | None = None) -> str:
     """The split rule: a row calibrates if it is a dense model on a single node (<= 8 devices), which
     measures a chip's GEMM and attention efficiency without the network or MoE routing in the way.
-    Every other row is validation; a (generation, precision) group with no such row keeps the
+    Memory rows (peak_memory_gib) are never fitted. Every other row is validation; a (generation, precision) group with no such row keeps the
     catalog's priors."""
     single_node = 0 < (_int(row, "n_devices") or 0) <= SINGLE_NODE
-    return "calibration" if single_node and row.get("arch", "dense") != "moe" else "validation"
+    # Memory figures are never fitted (calibration fits throughput efficiencies only), so they all validate.
+    fitted = row.get("metric") != "peak_memory_gib"
+    return "calibration" if single_node and fitted and row.get("arch", "dense") != "moe" else "validation"
 
 
 def _row_model(row: dict, notes: list[str], dropout: float = 0.1) -> ModelSpec:
