@@ -119,6 +119,13 @@ class _Builder:
 
     def norm(self, name: str, deps: tuple[int, ...]) -> tuple[int, ...]:
         elements = self.s.sp_tokens * self.model.hidden
+        if not self.s.fused_elementwise and self.model.norm == "rmsnorm":
+            # Eager RMSNorm is a composite (square, mean, add eps and rsqrt, scale, weight): the input is
+            # read twice and an fp32 square and the normalised tensor are written and read again, ~5 passes
+            # over 16-bit elements and 4 launches where a fused kernel makes one read and one write.
+            # (F.layer_norm is one kernel even in eager mode.)
+            return (self.memory(name, elements, deps, passes=5.0, saved=ACT_BYTES * elements, flops_per_element=5.0,
+                                host_ops=4.0),)
         return (self.memory(name, elements, deps, saved=ACT_BYTES * elements, flops_per_element=5.0),)
 
     # -- attention -----------------------------------------------------------------------------
@@ -246,8 +253,14 @@ class _Builder:
         act_saved = ACT_BYTES * up_elements
         # The same function builds its linear-offset constant with torch.tensor(..., device=cuda) on
         # every call: a blocking host-to-device copy, so the host waits for the device there.
-        act = self.memory(prefix + ".act", up_elements, (act_input,), passes=1.5, saved=act_saved,
-                          host_ops=2.0 if clamp else 1.0, host_sync=clamp, backward_host_ops=1.0)
+        # Fused, the activation reads its input once and writes the (half-width, for a GLU) output: 1.5
+        # passes over the up projection's output. Eager PyTorch runs it as separate kernels: GeLU reads and
+        # writes the whole width (2 passes); SiLU on the gate half then the product with the other half
+        # write and re-read the gate's activation (2.5 passes, 2 launches).
+        passes, launches = (1.5, 1.0) if self.s.fused_elementwise else \
+            ((2.5, 2.0) if m.activation == "swiglu" else (2.0, 1.0))
+        act = self.memory(prefix + ".act", up_elements, (act_input,), passes=passes, saved=act_saved,
+                          host_ops=(2.0 if clamp else launches), host_sync=clamp, backward_host_ops=launches)
         down = self.gemm(prefix + ".down_proj", tokens, m.hidden, width, (act,), count=count)
         if not bias:
             return down
