@@ -1,55 +1,110 @@
 """Collective communication on a tiered topology: latency plus bandwidth, ring and hierarchical.
 
-A parallel group is described by how many of its members share each tier's domain
-(:class:`GroupPlacement`). A collective then runs hierarchically: reduce-scatter inside the
-innermost domain, the same on the shrunken data one tier up, and so on, then the mirror
-all-gather (the usual NCCL/HCCL tree of rings). Each phase is a ring over the phase's members
-with ``members - 1`` latency-bearing steps. Bandwidths are per device per direction (bytes/s),
-message sizes are the full buffer (bytes), times are seconds.
+A parallel group is described by the tiers its members span (:class:`GroupPlacement`, one
+:class:`Level` per tier crossed). A collective then runs hierarchically: reduce-scatter inside the
+innermost domain, the same on the shrunken data one tier up, and so on, then the mirror all-gather
+(the usual NCCL/HCCL tree of rings); or as one flat ring, or (all-reduce) a double binary tree.
+Bandwidths are per device per direction (bytes/s), message sizes are the full buffer (bytes), times
+are seconds.
+
+Groups need not divide their domains evenly (12 ranks on 8-GPU nodes: 8 + 4). A phase then costs
+what its busiest member moves, since the collective ends when that member is done: a member of a
+small domain sends and receives through few links whatever its domain lacks.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import NamedTuple
+
+import numpy as np
 
 from windtunnel.cost.efficiency import Efficiency
 from windtunnel.specs.hardware import Cluster
+
+
+class Level(NamedTuple):
+    """One tier a group crosses, with the member counts that bound its phase.
+
+    tier: the tier's index. joined: the most domains of the level below (single members at the first
+    level) that one domain of this tier brings together (the parties of this tier's ring). inside: the
+    fewest members sharing one domain of the level below, among those joined to others here (1 at the
+    first level). reach: the most members sharing one domain of this tier. A group that divides its
+    domains evenly has reach == inside * joined; otherwise the counts are the bottleneck's.
+    """
+
+    tier: int
+    joined: int
+    inside: int
+    reach: int
 
 
 @dataclass(frozen=True)
 class GroupPlacement:
     """A parallel group's shape on the topology.
 
-    size: members in the group. levels: for each tier (innermost first), how many members of one
-    domain of the previous level share a domain of this tier (their product is ``size``).
+    size: members in the group; stride: ranks between consecutive members. levels: each tier the group
+    crosses, innermost first (the product of ``joined`` is ``size`` when the group divides its domains
+    evenly, more otherwise).
     """
 
     name: str
     size: int
     stride: int
-    levels: tuple[tuple[int, int], ...]  # (tier index, members joined at this tier)
+    levels: tuple[Level, ...]
 
     @property
     def outermost_tier(self) -> int:
-        return max((tier for tier, members in self.levels if members > 1), default=0)
+        return self.levels[-1].tier if self.levels else 0
+
+    @property
+    def even(self) -> bool:
+        """Whether every domain the group touches holds the same number of its members."""
+        return all(level.inside * level.joined == level.reach for level in self.levels)
 
 
 def place_group(name: str, size: int, stride: int, cluster: Cluster) -> GroupPlacement:
-    """Place a group of ``size`` members spaced ``stride`` devices apart on the cluster's tiers."""
+    """Place a group of ``size`` members spaced ``stride`` ranks apart on the cluster's tiers.
+
+    Ranks number the job's devices consecutively, domain by domain (:meth:`Cluster.job_domain_sizes`),
+    and the job holds one such group at every rank offset: ranks ``b, b+stride, ...`` for each
+    ``b = i + j*size*stride``, ``i < stride``. Every group is examined (the pattern repeats, so one period
+    suffices) and each tier's counts are the extremes over all of them: 12 ranks with stride 1 on 8-GPU
+    nodes are 8 + 4 or 4 + 8 per node, so the scale-out level joins 2 nodes with at least 4 members each.
+    """
+    return GroupPlacement(name=name, size=size, stride=stride,
+                          levels=_levels(size, stride, tuple(cluster.job_domain_sizes()), cluster.devices))
+
+
+@lru_cache(maxsize=4096)
+def _levels(size: int, stride: int, domain_sizes: tuple[int, ...], devices: int) -> tuple[Level, ...]:
+    if size <= 1:
+        return ()
+    span = size * stride
+    ranks = min(math.lcm(span, *domain_sizes[:-1]), max(span, devices // span * span))
+    # One row per group, its members' ranks ascending.
+    members = np.arange(ranks).reshape(-1, size, stride).swapaxes(1, 2).reshape(-1, size)
+    rows = np.arange(len(members))[:, None]
     levels = []
-    inside = 1
-    for index, tier in enumerate(cluster.tiers):
-        capacity = size if tier.size is None else max(1, min(size, tier.size // stride)) if stride <= tier.size else 1
-        capacity = max(capacity, inside)
-        if index == len(cluster.tiers) - 1:
-            capacity = size
-        joined = capacity // inside
-        if joined > 1:
-            levels.append((index, joined))
-        inside = capacity
-        if inside >= size:
-            break
-    return GroupPlacement(name=name, size=size, stride=stride, levels=tuple(levels))
+    below_domain, below_count = members, np.ones_like(members)
+    for index, domain_size in enumerate(domain_sizes):
+        outermost = index == len(domain_sizes) - 1
+        domain = np.zeros_like(members) if outermost else members // domain_size
+        relative = domain - domain[:, :1]
+        _, which, counts = np.unique(rows * (relative.max() + 1) + relative, return_inverse=True, return_counts=True)
+        which = which.reshape(members.shape)
+        count = counts[which]  # members of its group sharing each member's domain
+        joins = count > below_count
+        if joins.any():
+            # A domain of the level below starts where the member's sub-domain or domain changes.
+            starts = np.ones(members.shape, dtype=bool)
+            starts[:, 1:] = (below_domain[:, 1:] != below_domain[:, :-1]) | (domain[:, 1:] != domain[:, :-1])
+            joined = np.bincount(which.ravel(), weights=starts.ravel())
+            levels.append(Level(index, int(joined.max()), int(below_count[joins].min()), int(count[joins].max())))
+        below_domain, below_count = domain, count
+    return tuple(levels)
 
 
 def _tier_bandwidth(cluster: Cluster, tier: int, eff: Efficiency, message_bytes: float) -> float:
@@ -58,14 +113,20 @@ def _tier_bandwidth(cluster: Cluster, tier: int, eff: Efficiency, message_bytes:
     return base * message_bytes / (message_bytes + eff.half_message_bytes)
 
 
-def _ring(members: int, message_bytes: float, cluster: Cluster, tier: int, eff: Efficiency, passes: float) -> float:
-    """One ring phase: ``passes`` x (members-1)/members of the message over the tier, plus step latencies."""
-    if members <= 1 or message_bytes <= 0:
+def _phase(level: Level, message_bytes: float, cluster: Cluster, eff: Efficiency, passes: float) -> float:
+    """One ring phase over ``level``'s tier, ``passes`` times (2 for an all-reduce), in seconds.
+
+    Entering the phase a member holds 1/inside of the ``message_bytes`` buffer and leaves it holding
+    1/reach, so it moves passes x (1/inside - 1/reach) x message bytes over the tier's links (evenly:
+    (joined-1)/joined of its 1/inside), in passes x (joined - 1) latency-bearing steps. With uneven domains
+    the counts are the bottleneck's (the largest inner domain, the smallest one joined outwards).
+    """
+    steps = passes * (level.joined - 1)
+    if steps <= 0 or message_bytes <= 0:
         return 0.0
-    chunk = message_bytes / members
-    bandwidth = _tier_bandwidth(cluster, tier, eff, chunk)
-    steps = passes * (members - 1)
-    return steps * chunk / bandwidth + steps * cluster.tiers[tier].latency
+    data = passes * message_bytes * (1.0 / level.inside - 1.0 / level.reach)
+    bandwidth = _tier_bandwidth(cluster, level.tier, eff, data / steps)
+    return data / bandwidth + steps * cluster.tiers[level.tier].latency
 
 
 def distinct_remote_domains(domains: int, copies: int) -> float:
@@ -88,22 +149,20 @@ def collective_time(kind: str, message_bytes: float, group: GroupPlacement, clus
     if kind in ("all_reduce", "all_gather", "reduce_scatter"):
         return min(algorithm(message_bytes) for algorithm in reduction_algorithms(kind, group, cluster, eff))
     if kind == "all_to_all":
-        # Each member sends (size-1)/size of its buffer; what goes to peers beyond a tier's domain
-        # crosses that tier's links. Tiers run concurrently (NVLink and NICs are separate), so the
-        # slowest tier bounds the time.
+        # A member sends (size-1)/size of its buffer; what goes to peers beyond its domain of the level below
+        # but inside its domain of this tier crosses this tier's links: (reach - inside)/size of the buffer
+        # for the busiest member (the one in the smallest domain). Tiers run concurrently (NVLink and NICs
+        # are separate), so the slowest tier bounds the time.
         worst = 0.0
-        inside = 1
-        for tier, members in group.levels:
-            reach = inside * members
-            share = (reach - inside) / group.size
+        for level in group.levels:
+            share = (level.reach - level.inside) / group.size
             if fanout > 1:
                 # A deduplicating dispatcher sends a token across this tier once per distinct remote
                 # sub-domain (a rank on the innermost tier, a node beyond it), not once per copy.
-                share = distinct_remote_domains(members, fanout) / fanout * (reach / group.size)
-            data = message_bytes * share
-            bandwidth = _tier_bandwidth(cluster, tier, eff, message_bytes / group.size)
-            worst = max(worst, data / bandwidth + (members - 1) * cluster.tiers[tier].latency)
-            inside = reach
+                share = distinct_remote_domains(level.joined, fanout) / fanout * (level.reach / group.size)
+            bandwidth = _tier_bandwidth(cluster, level.tier, eff, message_bytes / group.size)
+            latency = (level.joined - 1) * cluster.tiers[level.tier].latency
+            worst = max(worst, message_bytes * share / bandwidth + latency)
         return worst
     if kind == "send_recv":
         tier = group.outermost_tier
@@ -115,25 +174,24 @@ def collective_time(kind: str, message_bytes: float, group: GroupPlacement, clus
 def reduction_algorithms(kind: str, group: GroupPlacement, cluster: Cluster, eff: Efficiency) -> list:
     """The algorithms NCCL/HCCL may pick for a reduction collective, each as ``f(message_bytes) -> s``.
 
-    All-gather and reduce-scatter run hierarchically (rings inside each tier's domains, data shrinking
-    outwards). All-reduce may also run as one flat ring over the slowest tier or as a double binary
-    tree; the fastest is used. Each is affine in the message size, which the vectorised search screen
-    relies on.
+    Each runs hierarchically (a ring phase per tier crossed, data shrinking outwards) or as one flat ring
+    whose every step crosses the slowest tier (NCCL's multi-node ring; cheaper than the hierarchy when
+    domains are uneven, e.g. 8 + 1 members). All-reduce may also run as a double binary tree. The
+    fastest is used. Each is affine in the message size, which the vectorised search screen relies on.
     """
     passes = 2.0 if kind == "all_reduce" else 1.0
 
     def hierarchical(message_bytes: float) -> float:
-        total, data = 0.0, message_bytes
-        for tier, members in group.levels:
-            total += _ring(members, data, cluster, tier, eff, passes)
-            data /= members
-        return total
-
-    if kind != "all_reduce" or not group.levels:
-        return [hierarchical]
+        return sum(_phase(level, message_bytes, cluster, eff, passes) for level in group.levels)
 
     def flat(message_bytes: float) -> float:
-        return _ring(group.size, message_bytes, cluster, group.outermost_tier, eff, passes)
+        ring = Level(group.outermost_tier, group.size, 1, group.size)
+        return _phase(ring, message_bytes, cluster, eff, passes)
+
+    if not group.levels:
+        return [hierarchical]
+    if kind != "all_reduce":
+        return [hierarchical, flat]
 
     def tree(message_bytes: float) -> float:
         return tree_all_reduce_time(message_bytes, group, cluster, eff)
@@ -160,8 +218,6 @@ def tree_all_reduce_time(message_bytes: float, group: GroupPlacement, cluster: C
     Latency grows with log2(size) instead of size; every byte crosses the slowest tier's links
     twice (up and down), at the tree bandwidth derating of the efficiency profile.
     """
-    import math
-
     if group.size <= 1 or message_bytes <= 0:
         return 0.0
     tier = group.outermost_tier

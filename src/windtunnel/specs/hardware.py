@@ -93,11 +93,28 @@ class Cluster(BaseModel):
     devices: PositiveInt
 
     def tier_index_for_span(self, span: int) -> int:
-        """Innermost tier whose domain holds ``span`` consecutive devices."""
+        """Innermost tier whose domain holds ``span`` consecutive devices, for a block that starts on a domain
+        boundary (a block of 6 on 8-device nodes that starts at device 6 straddles two; parallel groups are
+        placed exactly by :func:`windtunnel.cost.collectives.place_group`)."""
         for index, tier in enumerate(self.tiers):
             if tier.size is None or span <= tier.size:
                 return index
         return len(self.tiers) - 1
+
+    def job_domain_sizes(self) -> list[int]:
+        """The job's devices in one domain of each tier, innermost first; the outermost tier holds all of them.
+
+        A job is spread evenly over the fewest domains that hold it when its devices divide evenly over them
+        (256 GPUs on 72-GPU NVLink racks: 4 racks of 64, as block schedulers allocate them; 12 on 8-GPU
+        nodes: 6 + 6), else it fills domains in order (20 on 8-GPU nodes: 8 + 8 + 4). Ranks number the
+        job's devices consecutively, domain by domain.
+        """
+        sizes = [self.devices]
+        for tier in reversed(self.tiers[:-1]):
+            outer = sizes[0]
+            domains = -(-outer // (tier.size or outer))
+            sizes.insert(0, outer // domains if outer % domains == 0 else tier.size)
+        return sizes
 
     @property
     def node_size(self) -> int:

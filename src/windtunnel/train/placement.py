@@ -29,13 +29,18 @@ class Placement:
         return getattr(self, name)
 
     def describe(self, cluster: Cluster) -> dict[str, str]:
-        """Human-readable tier of each group, for assumptions and reports."""
+        """Human-readable outermost tier each group spans, for assumptions and reports; a group split
+        unevenly says how many of its members share a domain one level in (e.g. "12 ranks on scale-out
+        (4-8 per node)")."""
         out = {}
         names = ("tp", "cp", "ep", "dp", "expert_dp") if self.ep.size > 1 else ("tp", "cp", "dp")
         for name in names:
             group = self.group(name)
             if group.size > 1:
                 out[name] = f"{group.size} ranks on " + cluster.tiers[group.outermost_tier].name
+                if not group.even and len(group.levels) > 1:
+                    inner, outer = group.levels[-2:]
+                    out[name] += f" ({outer.inside}-{inner.reach} per {cluster.tiers[inner.tier].name})"
         out["pp"] = cluster.tiers[self.pp_tier].name
         return out
 
@@ -63,5 +68,6 @@ def place_plan(plan: Plan, cluster: Cluster) -> Placement:
         ep=place_group("ep", ep, ep_stride, cluster),
         dp=place_group("dp", dp * cp, min(stride["dp"], stride["cp"]) if cp > 1 else stride["dp"], cluster),
         expert_dp=place_group("expert_dp", expert_dp, ep_stride * ep, cluster),
-        pp_tier=cluster.tier_index_for_span(stride["pp"] + 1) if plan.pp > 1 else 0,
+        # The slowest stage-to-stage hop bounds the pipeline: the outermost tier the PP group spans.
+        pp_tier=place_group("pp", plan.pp, stride["pp"], cluster).outermost_tier,
     )
