@@ -317,7 +317,9 @@ class Screen:
         from windtunnel.cost.efficiency import efficiency_for
 
         self.space = space
-        self.eff = efficiency_for(space.cluster.chip)
+        from windtunnel.specs.stack import load_stack
+
+        self.eff = efficiency_for(space.cluster.chip, family=load_stack(space.framework).calibration_family)
         self.ids: dict[ShardKey, int] = {}
         self.table: dict[str, list[float]] = {}
         self._groups: dict[tuple, tuple] = {}
