@@ -17,6 +17,7 @@ from windtunnel.specs.plan import Plan, parse_plan
 from windtunnel.specs.yamlio import read_yaml
 from windtunnel.train.result import TrainingResult
 from windtunnel.train.step import TrainingJob, dag_stub_model, simulate
+from windtunnel.train.uncertainty import annotate
 
 __all__ = ["load_hardware", "load_model", "load_dag", "parse_plan", "simulate_training", "TrainingResult", "TrainingJob",
            "failure_aware_goodput", "simulate_serving", "search_serving", "compare_dynamic", "validate_inference"]
@@ -72,7 +73,8 @@ def simulate_training(
                       global_batch=global_batch, flash_attention=flash_attention, fused_loss=fused_loss,
                       moe_imbalance=moe_imbalance, framework=framework,
                       keep_trace=keep_trace, dag=dag)
-    return simulate(job)
+    return annotate(simulate(job), generation=cluster.chip.generation, precision=job.plan.precision,
+                    arch="moe" if model_spec.moe else "dense")
 
 
 def failure_aware_goodput(

@@ -224,6 +224,48 @@ def validate_training(
     run_validation(validation, "training", csv_path, out, as_json, console, _emit_json)
 
 
+@validate_app.command("all")
+def validate_all(
+    csv_paths: list[Path] | None = typer.Argument(None, help="Training CSVs (default: validation/training_runs.csv, "
+                                                  "validation/training_runs_2.csv, validation/extra_training_runs.csv)."),
+    out: Path | None = typer.Option(None, help="Write the Markdown report here (e.g. validation/ACCURACY.md)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the whole document (rows, slices, ranking) as JSON."),
+    baseline: Path | None = typer.Option(None, help="A previous `validate all --json` output: list rows whose |error| "
+                                         "grew by more than 1 point."),
+    bands_out: Path | None = typer.Option(None, "--bands-out", help="Write the error bands derived from the residuals "
+                                          "here (e.g. src/windtunnel/catalog/bands.yaml)."),
+) -> None:
+    """Predict every row of every training CSV once: accuracy per slice, plans over memory, ranking, bands."""
+    from windtunnel.report.bands import bands_yaml, derive_bands, sources_of
+    from windtunnel.report.fidelity import (
+        DEFAULT_CSVS,
+        build_document,
+        predict_files,
+        print_summary,
+        report_markdown,
+    )
+    from windtunnel.specs.yamlio import write_atomic
+
+    paths = [str(p) for p in csv_paths] if csv_paths else list(DEFAULT_CSVS)
+    files = predict_files(paths)
+    pairs = [(f.path, f.results) for f in files]
+    bands = derive_bands(pairs)
+    document = build_document(files, baseline=baseline, bands=bands)
+    command = " ".join(["windtunnel validate all", *paths, *(f"--{name} {value}" for name, value in
+                                                             (("out", out), ("bands-out", bands_out)) if value)])
+    if out is not None:
+        write_atomic(out, report_markdown(document, command))
+    if bands_out is not None:
+        write_atomic(bands_out, bands_yaml(bands, sources_of(pairs), command))
+    if as_json:
+        _emit_json(document)
+        return
+    print_summary(document, console)
+    for path in (out, bands_out):
+        if path is not None:
+            console.print(f"written: {path}")
+
+
 @calibrate_app.command("training")
 def calibrate_training(
     csv_path: Path = typer.Argument(..., help="CSV in the schema of shared/reference/training_runs.csv."),

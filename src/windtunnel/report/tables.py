@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from windtunnel.train.result import TrainingResult
+from windtunnel.train.uncertainty import band_line
 
 GIB = float(2**30)
 
@@ -26,6 +27,9 @@ def training_table(result: TrainingResult, console: Console) -> None:
     head.add_row("MFU / HFU", f"{result.mfu:.1%} / {result.hfu:.1%} of {result.peak_flops_name}")
     head.add_row("peak memory", f"{result.peak_memory_bytes / GIB:.1f} GiB of {result.memory_capacity_bytes / GIB:.1f} GiB")
     head.add_row("micro-batches per step", str(result.micro_batches))
+    band = band_line(result)
+    if band is not None:
+        head.add_row("band", band)
     console.print(head)
     times = Table(title="time breakdown (average pipeline rank)")
     times.add_column("category")

@@ -38,6 +38,10 @@ class TrainingResult(BaseModel):
     model_flops_per_step: float = 0.0
     placement: dict[str, str] = Field(default_factory=dict)
     assumptions: list[str] = Field(default_factory=list)
+    # How far to trust the prediction (train/uncertainty.py, from catalog/bands.yaml): the step-time (s) and
+    # tokens/s band of its validation slice, and the reasons it lies outside what was measured.
+    band: dict | None = None
+    extrapolation: dict | None = None
     trace: Any = Field(default=None, exclude=True)
 
     def to_json_dict(self) -> dict[str, Any]:

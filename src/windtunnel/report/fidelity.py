@@ -1,0 +1,306 @@
+"""One accuracy report over every training reference CSV (`windtunnel validate all`, validation/ACCURACY.md).
+
+Every row of every CSV is predicted once (windtunnel.validation). On the validation rows the report
+gives the overall median / max |error|; the same per slice (stack x chip generation/precision x
+dense/MoE) and per coarser slice (stack, generation/precision, dense vs MoE, long context); the rows
+whose published plan the model puts over memory; the ranking quality (within one model shape on one
+chip, the share of pairs of runs the predictions order as the measurements do); the bands of
+report/bands.py; and, against a previous `--json` document, the rows whose |error| grew.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from windtunnel.report.accuracy import RowResult, apct, num, pct, summarize
+from windtunnel.report.bands import THROUGHPUT_METRICS, name_of
+from windtunnel.specs.errors import WindtunnelError
+from windtunnel.specs.yamlio import read_json
+
+DEFAULT_CSVS = ("validation/training_runs.csv", "validation/training_runs_2.csv", "validation/extra_training_runs.csv")
+LONG_CONTEXT = 16384  # tokens: a sequence this long or longer is "long context"
+REGRESSION = 0.01  # a row regresses when its |error| grows by more than one percentage point
+
+
+@dataclass
+class FileResults:
+    """One CSV's predicted rows, and each row's tokens per step (global_batch x seq_len) by id."""
+
+    path: str
+    results: list[RowResult]
+    tokens_per_step: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """The CSV's file name, which labels its rows ('training_runs.csv:12')."""
+        return name_of(self.path)
+
+
+def _tokens(row: dict) -> float | None:
+    try:
+        batch, seq = float(row.get("global_batch") or 0), float(row.get("seq_len") or 0)
+    except ValueError:
+        return None
+    return batch * seq if batch > 0 and seq > 0 else None
+
+
+def predict_files(paths: Iterable[str | Path]) -> list[FileResults]:
+    """Predict every row of each training CSV once; two CSVs with the same file name are an error."""
+    from windtunnel import validation
+
+    out: list[FileResults] = []
+    for path in paths:
+        if any(f.name == name_of(path) for f in out):
+            raise WindtunnelError(f"Two CSVs named '{name_of(path)}' were given; rows are labelled by file name, so "
+                                  f"each CSV must have its own name.")
+        rows = validation.read_rows(path)
+        tokens = {row["id"]: t for row in rows if (t := _tokens(row)) is not None}
+        out.append(FileResults(str(path), validation.validate_rows(rows), tokens))
+    return out
+
+
+# ---- slices -----------------------------------------------------------------------------------------
+
+
+def _context(r: RowResult) -> list[str]:
+    if not r.seq_len:
+        return []
+    return [f"long context (seq_len >= {LONG_CONTEXT})" if r.seq_len >= LONG_CONTEXT else f"seq_len < {LONG_CONTEXT}"]
+
+
+SLICE_LEVELS: dict[str, Callable[[RowResult], list[str]]] = {
+    "stack x chip generation/precision x dense/MoE": lambda r: [f"{r.framework or '?'} x {r.group} x {r.arch}"],
+    "stack": lambda r: [r.framework or "?"],
+    "chip generation/precision": lambda r: [r.group],
+    "dense vs MoE": lambda r: [r.arch],
+    "context length": _context,
+}
+
+
+def slice_stats(results: Iterable[RowResult], keys: Callable[[RowResult], list[str]]) -> list[dict]:
+    """Median and max |error| (fractions) and row count of validation rows per slice, sorted by name."""
+    slices: dict[str, list[float]] = {}
+    for r in results:
+        if r.role == "validation" and r.error is not None:
+            for key in keys(r):
+                slices.setdefault(key, []).append(abs(r.error))
+    return [{"slice": name, "median_abs_error": statistics.median(errors), "max_abs_error": max(errors),
+             "rows": len(errors)} for name, errors in sorted(slices.items())]
+
+
+def over_memory(files: list[FileResults]) -> list[str]:
+    """Validation rows whose published plan the model puts over memory, as 'csv:id'."""
+    return [f"{f.name}:{r.id}" for f in files for r in f.results if r.role == "validation" and r.fits is False]
+
+
+# ---- ranking ----------------------------------------------------------------------------------------
+
+
+def throughput_values(r: RowResult, tokens_per_step: float | None) -> tuple[str, float, float] | None:
+    """(metric, measured, predicted) per-device throughput of a row, higher = faster; None when the row
+    has none. Throughput metrics are used as they are; a step time becomes tokens/s per device with the
+    row's tokens per step (global_batch x seq_len) and devices."""
+    if r.measured is None or r.predicted is None or r.measured <= 0 or r.predicted <= 0:
+        return None
+    if r.metric in THROUGHPUT_METRICS:
+        return r.metric, r.measured, r.predicted
+    if r.metric == "sec_per_iter" and tokens_per_step and r.devices:
+        return ("tokens_per_s_per_device from sec_per_iter", tokens_per_step / r.measured / r.devices,
+                tokens_per_step / r.predicted / r.devices)
+    return None
+
+
+def rank_pairs(entries: Iterable[tuple[RowResult, float | None]]) -> dict[str, Any]:
+    """Ranking quality of validation rows given as (row, tokens per step or None).
+
+    Rows are grouped by model shape (RowResult.model), chip, generation/precision and metric; within a
+    group every pair with distinct measured throughput counts, and it is concordant when the predictions
+    order it the same way (a tie in the prediction is not). share = concordant / pairs (None without pairs).
+    """
+    groups: dict[tuple[str, str, str, str], list[tuple[str, float, float]]] = {}
+    for r, tokens in entries:
+        values = throughput_values(r, tokens) if r.role == "validation" else None
+        if values is not None:
+            metric, measured, predicted = values
+            groups.setdefault((r.model, r.chip, r.group, metric), []).append((r.id, measured, predicted))
+    total = concordant = tied = 0
+    table = []
+    for (model, chip, group, metric), members in sorted(groups.items()):
+        pairs = good = ties = 0
+        for i, (_, m_i, p_i) in enumerate(members):
+            for _, m_j, p_j in members[i + 1:]:
+                if m_i == m_j:
+                    continue
+                pairs += 1
+                ties += p_i == p_j
+                good += (m_i - m_j) * (p_i - p_j) > 0
+        if pairs:
+            table.append({"model": model, "chip": chip, "group": group, "metric": metric, "rows": len(members),
+                          "pairs": pairs, "concordant": good, "ids": [m[0] for m in members]})
+        total, concordant, tied = total + pairs, concordant + good, tied + ties
+    return {"pairs": total, "concordant": concordant, "tied_predictions": tied,
+            "share": concordant / total if total else None, "groups": table}
+
+
+def ranking(results: Iterable[RowResult], tokens_per_step: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """rank_pairs over one CSV's rows (``tokens_per_step`` by row id, for step-time rows)."""
+    tokens = tokens_per_step or {}
+    return rank_pairs((r, tokens.get(r.id)) for r in results)
+
+
+# ---- regressions --------------------------------------------------------------------------------------
+
+
+def regressions(rows: list[dict], baseline_path: str | Path) -> dict[str, Any]:
+    """Rows of this run whose |error| grew by more than REGRESSION against a previous `validate all --json`
+    document (rows matched by file name and id), and the rows it predicted that this run does not."""
+    doc = read_json(baseline_path)
+    if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list):
+        raise WindtunnelError(f"Baseline '{baseline_path}' is not a `windtunnel validate all --json` document (it has "
+                              f"no 'rows' list); write one with `windtunnel validate all --json > old.json`.")
+    before = {(str(r.get("file")), str(r.get("id"))): r.get("error") for r in doc["rows"] if isinstance(r, dict)}
+    worse, lost = [], []
+    for row in rows:
+        old = before.get((row["file"], row["id"]))
+        if old is None:
+            continue
+        if row["error"] is None:
+            lost.append(f"{row['file']}:{row['id']}")
+        elif abs(row["error"]) - abs(old) > REGRESSION:
+            worse.append({"row": f"{row['file']}:{row['id']}", "before": old, "after": row["error"]})
+    return {"baseline": str(baseline_path), "threshold": REGRESSION, "worse": worse, "no_longer_predicted": lost}
+
+
+# ---- the document and its Markdown ----------------------------------------------------------------------
+
+
+def build_document(files: list[FileResults], *, baseline: str | Path | None = None,
+                   bands: dict | None = None) -> dict[str, Any]:
+    """The `validate all --json` document: rows (with their file), per-file and overall summaries, slices,
+    plans over memory, ranking, bands (when given) and regressions (when a baseline is given)."""
+    every = [r for f in files for r in f.results]
+    rows = [{**r.as_dict(), "file": f.name} for f in files for r in f.results]
+    memory = over_memory(files)
+    doc: dict[str, Any] = {
+        "files": [{"path": f.path, "name": f.name, "summary": summarize(f.results),
+                   "ranking": ranking(f.results, f.tokens_per_step)} for f in files],
+        "summary": summarize(every),
+        "slices": {level: slice_stats(every, keys) for level, keys in SLICE_LEVELS.items()},
+        "over_memory": {"count": len(memory), "rows": memory},
+        "ranking": rank_pairs((r, f.tokens_per_step.get(r.id)) for f in files for r in f.results),
+        "rows": rows,
+    }
+    if bands is not None:
+        doc["bands"] = bands
+    if baseline is not None:
+        doc["regressions"] = regressions(rows, baseline)
+    return doc
+
+
+def _share(rank: dict) -> str:
+    return "n/a (no pairs)" if rank["share"] is None else f"{rank['share']:.1%} of {rank['pairs']} pairs"
+
+
+def _table(header: list[str], body: Iterable[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(b) + " |" for b in body)]
+
+
+def _span(span: list | None) -> str:
+    return "" if not span else f"{span[0]}-{span[1]}"
+
+
+def _bands_lines(bands: dict) -> list[str]:
+    lines = ["", "## Error bands (catalog/bands.yaml)", "",
+             "Step-time ratio measured / predicted, 10th-90th percentile of the slice's validation rows widened to",
+             f"contain 1; slices with fewer than {bands['min_rows']} validation rows take a coarser band. Ranges: what "
+             "the slice's measured rows cover.", ""]
+    body = []
+    for key, entry in [*bands["slices"].items(), *bands["groups"].items(), ("all", bands["all"])]:
+        band = entry["band"]
+        body.append([key.replace("|", " x "), str(entry["validation_rows"]), f"{band['ratio'][0]:.3f}-{band['ratio'][1]:.3f}",
+                     band["from"].replace("|", " x ") + ("" if band["from"] == key else " (fallback)"),
+                     _span(entry["seq_len"]), _span(entry["devices"]), ", ".join(entry["chips"])])
+    return lines + _table(["slice", "validation rows", "band", "band from", "seq_len", "devices", "chips"], body)
+
+
+def report_markdown(doc: dict, command: str) -> str:
+    """validation/ACCURACY.md: headline, per file, slices, plans over memory, ranking, bands, regressions."""
+    summary, rank = doc["summary"], doc["ranking"]
+    lines = [
+        "# Training accuracy over every reference file",
+        "",
+        f"Generated by `{command}`. Each row is predicted once; the split rule of `windtunnel validate training`",
+        "(a dense model on <= 8 devices calibrates, every other row validates) holds, and the figures below",
+        "are on validation rows unless named otherwise. |error| = |predicted - measured| / measured.",
+        "",
+        "## Overall",
+        "",
+        f"- validation rows: {summary['n_validation']}; median |error| **{apct(summary['median_abs_error'])}**, "
+        f"max |error| **{apct(summary['max_abs_error'])}**",
+        f"- calibration rows: {summary['n_calibration']}; median |error| {apct(summary['calibration_median_abs_error'])}",
+        f"- rows predicted: {summary['n_predicted']}; skipped: {summary['n_skipped']}",
+        f"- ranking: the predictions order **{_share(rank)}** as the measurements do",
+        f"- published plans over memory in the model: {doc['over_memory']['count']} validation rows",
+        "",
+        "## Per file",
+        "",
+    ]
+    lines += _table(["file", "validation rows", "median abs error", "max abs error", "calibration median", "ranking"],
+                    [[f["path"], str(f["summary"]["n_validation"]), apct(f["summary"]["median_abs_error"]),
+                      apct(f["summary"]["max_abs_error"]), apct(f["summary"]["calibration_median_abs_error"]),
+                      _share(f["ranking"])] for f in doc["files"]])
+    for level, stats in doc["slices"].items():
+        lines += ["", f"## By {level}", ""]
+        lines += _table(["slice", "median abs error", "max abs error", "rows"],
+                        [[s["slice"], apct(s["median_abs_error"]), apct(s["max_abs_error"]), str(s["rows"])]
+                         for s in stats])
+    lines += ["", "## Published plans over memory", ""]
+    lines.append(f"{doc['over_memory']['count']} validation rows: " + (", ".join(doc["over_memory"]["rows"]) or "none")
+                 + ". Their step times are still predicted and scored.")
+    lines += ["", "## Ranking quality", "",
+              "Within one model shape on one chip (and precision), every pair of validation rows with the same",
+              "metric and distinct measured values; concordant when the predictions order the pair as the",
+              "measurements do (a tie in the prediction is not). Step-time rows compare as tokens/s per device.",
+              f"Overall (pairs may span files): {_share(rank)}, {rank['tied_predictions']} tied predictions.", ""]
+    lines += _table(["model", "chip", "group", "metric", "rows", "pairs", "concordant"],
+                    [[g["model"], g["chip"], g["group"], g["metric"], str(g["rows"]), str(g["pairs"]),
+                      str(g["concordant"])]
+                     for g in rank["groups"]])
+    if "bands" in doc:
+        lines += _bands_lines(doc["bands"])
+    if "regressions" in doc:
+        reg = doc["regressions"]
+        lines += ["", f"## Rows worse than {reg['baseline']} (|error| up by more than 1 percentage point)", ""]
+        lines += [f"- {w['row']}: {pct(w['before'])} -> {pct(w['after'])}" for w in reg["worse"]] or ["None."]
+        if reg["no_longer_predicted"]:
+            lines.append("- no longer predicted: " + ", ".join(reg["no_longer_predicted"]))
+    lines += ["", "## Rows", ""]
+    lines += _table(["row", "stack", "group", "arch", "metric", "measured", "predicted", "error", "role", "fits"],
+                    [[f"{r['file']}:{r['id']}", r.get("framework", ""), r["group"], r.get("arch", ""), r["metric"],
+                      num(r["measured"]), num(r["predicted"]), pct(r["error"]), r["role"],
+                      "" if r.get("fits") is None else ("yes" if r["fits"] else "**no**")] for r in doc["rows"]])
+    return "\n".join(lines) + "\n"
+
+
+def print_summary(doc: dict, console: Any) -> None:
+    """The terminal summary of `validate all`: per file, overall, ranking, plans over memory, regressions."""
+    for f in doc["files"]:
+        s = f["summary"]
+        console.print(f"{f['path']}: {s['n_validation']} validation rows, median |error| "
+                      f"{apct(s['median_abs_error']) or 'n/a'}, max {apct(s['max_abs_error']) or 'n/a'}; "
+                      f"ranking {_share(f['ranking'])}")
+    s = doc["summary"]
+    console.print(f"all files: {s['n_validation']} validation rows, median |error| {apct(s['median_abs_error']) or 'n/a'}, "
+                  f"max {apct(s['max_abs_error']) or 'n/a'}; ranking {_share(doc['ranking'])}; "
+                  f"plans over memory: {doc['over_memory']['count']}")
+    if "regressions" in doc:
+        reg = doc["regressions"]
+        console.print(f"rows worse than {reg['baseline']} by more than 1 point: {len(reg['worse'])}")
+        for w in reg["worse"]:
+            console.print(f"  {w['row']}: {pct(w['before'])} -> {pct(w['after'])}")
+        if reg["no_longer_predicted"]:
+            console.print("  no longer predicted: " + ", ".join(reg["no_longer_predicted"]))

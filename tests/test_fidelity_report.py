@@ -1,0 +1,111 @@
+"""`windtunnel validate all`: one accuracy report over every reference CSV (report/fidelity.py)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+
+from conftest import REPO, assert_one_clear_error
+from windtunnel.report.accuracy import RowResult
+from windtunnel.report.fidelity import FileResults, over_memory, rank_pairs, ranking, slice_stats
+
+TINY_IDS = ("21", "23", "24", "11")  # a calibration row, two GPT-3 175B step times on 64 A100s, one H100 TFLOP/s row
+
+
+def _r(rid: str, measured: float, predicted: float, *, metric: str = "tokens_per_s_per_device", model: str = "m",
+       chip: str = "h100-sxm", role: str = "validation", devices: int = 64, fits: bool | None = True) -> RowResult:
+    return RowResult(rid, metric, measured, predicted, (predicted - measured) / measured, role, "predicted",
+                     group="hopper/16bit", framework="nemo", fits=fits, chip=chip, model=model, seq_len=4096,
+                     devices=devices)
+
+
+def test_ranking_counts_concordant_pairs_within_model_and_chip():
+    rows = [
+        _r("a", 1.0, 1.1), _r("b", 2.0, 2.5), _r("c", 3.0, 2.4),  # (a,b) (a,c) concordant, (b,c) discordant
+        _r("d", 2.0, 9.0),  # same measured value as b: the pair (b,d) has no order; (a,d) concordant, (c,d) discordant
+        _r("e", 5.0, 0.1, metric="mfu"),  # another metric: never paired
+        _r("f", 5.0, 0.1, chip="b200"),  # another chip: never paired
+        _r("g", 5.0, 0.1, model="other"),  # another model shape: never paired
+        _r("h", 9.0, 0.1, role="calibration"),  # calibration rows are not scored
+    ]
+    rank = ranking(rows)
+    assert (rank["pairs"], rank["concordant"]) == (5, 3)
+    assert rank["share"] == pytest.approx(3 / 5)
+    assert [(g["model"], g["rows"], g["pairs"]) for g in rank["groups"]] == [("m", 4, 5)]
+
+
+def test_ranking_compares_step_times_as_throughput():
+    """Two step-time rows on different device counts: B has half the devices, so it is the faster per device
+    although its step is longer; the prediction makes B slower per device, a discordant pair, even though
+    it orders the step times as measured."""
+    a = _r("A", 1.0, 1.0, metric="sec_per_iter", devices=64)
+    b = _r("B", 1.5, 2.5, metric="sec_per_iter", devices=32)
+    rank = ranking([a, b], {"A": 64e3, "B": 64e3})
+    assert (rank["pairs"], rank["concordant"]) == (1, 0)
+    assert ranking([a, b])["pairs"] == 0  # without tokens per step a step time is not a throughput
+
+
+def test_tied_predictions_are_not_concordant():
+    rank = rank_pairs([(_r("a", 1.0, 2.0), None), (_r("b", 2.0, 2.0), None)])
+    assert (rank["pairs"], rank["concordant"], rank["tied_predictions"]) == (1, 0, 1)
+    assert ranking([_r("a", 1.0, 2.0)])["share"] is None
+
+
+def test_slices_and_plans_over_memory():
+    rows = [_r("a", 1.0, 1.1), _r("b", 1.0, 0.7, fits=False), _r("c", 1.0, 2.0, role="calibration", fits=False)]
+    stats = slice_stats(rows, lambda r: [r.framework])
+    assert stats == [{"slice": "nemo", "median_abs_error": pytest.approx(0.2), "max_abs_error": pytest.approx(0.3),
+                      "rows": 2}]
+    assert over_memory([FileResults("x/runs.csv", rows)]) == ["runs.csv:b"]
+
+
+def _tiny_csv(tmp_path):
+    text = (REPO / "validation" / "training_runs.csv").read_text(encoding="utf-8")
+    reader = csv.DictReader(io.StringIO(text))
+    rows = [r for r in reader if r["id"] in TINY_IDS]
+    assert sorted(r["id"] for r in rows) == sorted(TINY_IDS)
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=reader.fieldnames)
+    writer.writeheader()
+    writer.writerows(rows)
+    path = tmp_path / "tiny.csv"
+    path.write_text(out.getvalue(), encoding="utf-8")
+    return path
+
+
+def test_validate_all_writes_report_bands_and_lists_regressions(cli, tmp_path):
+    path = _tiny_csv(tmp_path)
+    report, bands = tmp_path / "ACCURACY.md", tmp_path / "bands.yaml"
+    proc = cli("validate", "all", str(path), "--out", str(report), "--bands-out", str(bands), "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert [r["id"] for r in doc["rows"]] == ["11", "21", "23", "24"]
+    assert {r["file"] for r in doc["rows"]} == {"tiny.csv"}
+    assert doc["summary"]["n_validation"] == 3 and doc["summary"]["n_calibration"] == 1
+    assert doc["ranking"]["pairs"] == 1  # rows 23 and 24: same model shape, same chip, step times as throughput
+    stacks = {s["slice"]: s["rows"] for s in doc["slices"]["stack"]}
+    assert stacks == {"megatron-lm": 1, "megatron-lm-2021": 2}
+    text = report.read_text(encoding="utf-8")
+    assert "## Ranking quality" in text and "tiny.csv:23" in text
+    assert bands.read_text(encoding="utf-8").startswith("# Error bands of training predictions")
+
+    # A baseline in which row 23 was exact: its |error| grew, so it is listed; the other rows are not.
+    worse = dict(doc, rows=[dict(r, error=0.0 if r["id"] == "23" else r["error"]) for r in doc["rows"]])
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(worse), encoding="utf-8")
+    again = cli("validate", "all", str(path), "--baseline", str(old), "--json")
+    assert again.returncode == 0, again.stderr
+    assert [w["row"] for w in json.loads(again.stdout)["regressions"]["worse"]] == ["tiny.csv:23"]
+    human = cli("validate", "all", str(path), "--baseline", str(old))
+    assert human.returncode == 0 and "tiny.csv:23" in human.stdout
+
+
+def test_validate_all_errors_are_one_clear_paragraph(cli, tmp_path):
+    assert_one_clear_error(cli("validate", "all", str(tmp_path / "nope.csv")), "nope.csv")
+    path = _tiny_csv(tmp_path)
+    bad = tmp_path / "bad.json"
+    bad.write_text("[]", encoding="utf-8")
+    assert_one_clear_error(cli("validate", "all", str(path), "--baseline", str(bad)), "bad.json", "validate all --json")
