@@ -146,3 +146,12 @@ def test_train_simulate_json_has_band_and_extrapolation(cli):
     table = cli(*args)
     assert table.returncode == 0, table.stderr
     assert any(line.startswith("│ band ") for line in table.stdout.splitlines()), table.stdout
+
+
+def test_malformed_bands_file_is_one_clear_error(tmp_path):
+    from windtunnel.specs.errors import WindtunnelError
+
+    path = tmp_path / "bands.yaml"
+    path.write_text("all: {chips: [h100-sxm]}\n", encoding="utf-8")
+    with pytest.raises(WindtunnelError, match="band ratio"):
+        load_bands(path)

@@ -50,9 +50,13 @@ def slice_label(key: str) -> str:
 @lru_cache(maxsize=4)
 def _load(path: str) -> dict:
     doc = read_yaml(Path(path))
-    if not isinstance(doc, dict) or not isinstance(doc.get(ALL), dict):
-        raise WindtunnelError(f"Bands file '{path}' must be a mapping with 'slices', 'groups' and 'all' (write it "
-                              f"with `windtunnel validate all --bands-out {path}`).")
+    entries = [doc.get(ALL)] if isinstance(doc, dict) else [None]
+    if isinstance(doc, dict):
+        entries += [e for level in ("slices", "groups") for e in (doc.get(level) or {}).values()]
+    if not all(isinstance(e, dict) and isinstance(e.get("band"), dict) and len(e["band"].get("ratio") or []) == 2
+               for e in entries):
+        raise WindtunnelError(f"Bands file '{path}' must be a mapping of 'slices', 'groups' and 'all', each slice with "
+                              f"a band ratio [low, high]; write it with `windtunnel validate all --bands-out {path}`.")
     return doc
 
 
