@@ -99,9 +99,13 @@ def test_determinism_byte_identical_json():
     a = json.dumps(simulate(job).to_json_dict(), sort_keys=True)
     b = json.dumps(simulate(job).to_json_dict(), sort_keys=True)
     assert a == b
-    c = json.dumps(simulate_training("mixtral-8x7b", "h100-sxm", 64, seq_len=4096, global_batch=64,
-                                     plan="tp=2,pp=4,ep=8,vpp=2,zero=2").to_json_dict(), sort_keys=True)
-    assert a == c
+    api = [simulate_training("mixtral-8x7b", "h100-sxm", 64, seq_len=4096, global_batch=64,
+                             plan="tp=2,pp=4,ep=8,vpp=2,zero=2").to_json_dict() for _ in range(2)]
+    assert json.dumps(api[0], sort_keys=True) == json.dumps(api[1], sort_keys=True)
+    # The API adds the prediction's band and extrapolation notes; the simulated step is the same.
+    c = json.dumps({k: v for k, v in api[0].items() if k not in ("band", "extrapolation")}, sort_keys=True)
+    assert json.dumps({k: v for k, v in json.loads(a).items() if k not in ("band", "extrapolation")},
+                      sort_keys=True) == c
 
 
 def test_result_accounting_is_consistent():

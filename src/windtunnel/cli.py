@@ -268,13 +268,14 @@ def validate_all(
 
 @calibrate_app.command("training")
 def calibrate_training(
-    csv_path: Path = typer.Argument(..., help="CSV in the schema of shared/reference/training_runs.csv."),
+    csv_paths: list[Path] = typer.Argument(..., help="CSVs in the schema of shared/reference/training_runs.csv."),
     as_json: bool = typer.Option(False, "--json", help="Print the fit as JSON."),
 ) -> None:
-    """Fit GEMM efficiencies on the calibration rows and write catalog/calibration.yaml."""
+    """Fit GEMM and attention efficiencies on the calibration rows of every CSV (per chip and stack
+    calibration family) and write catalog/calibration.yaml."""
     from windtunnel.validation import calibrate, read_rows
 
-    report = calibrate(read_rows(csv_path))
+    report = calibrate([row for path in csv_paths for row in read_rows(path)])
     if as_json:
         _emit_json(report)
     else:
