@@ -57,3 +57,22 @@ def search_once(space, **kwargs) -> dict:
         return search_training(space, backend, **kwargs)
     finally:
         backend.close()
+
+
+def tiny_training_csv(tmp_path, ids) -> tuple[Path, dict]:
+    """A CSV of a few rows of validation/training_runs.csv (its header kept), and those rows by id."""
+    import csv
+    import io
+
+    text = (REPO / "validation" / "training_runs.csv").read_text(encoding="utf-8")
+    reader = csv.DictReader(io.StringIO(text))
+    rows = [r for r in reader if r["id"] in ids]
+    assert sorted(r["id"] for r in rows) == sorted(ids)
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=reader.fieldnames)
+    writer.writeheader()
+    writer.writerows(rows)
+    path = tmp_path / "tiny.csv"
+    path.write_text(out.getvalue(), encoding="utf-8")
+    return path, {r["id"]: r for r in rows}
+

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from conftest import REPO, assert_one_clear_error
+from conftest import REPO, assert_one_clear_error, tiny_training_csv
 
 SIM = ["train", "simulate"]
 
@@ -151,17 +151,7 @@ def test_trace_without_json_writes_file(cli, tmp_path):
 
 
 def _tiny_csv(tmp_path, ids=("21", "67", "103")):
-    text = (REPO / "validation" / "training_runs.csv").read_text(encoding="utf-8")
-    reader = csv.DictReader(io.StringIO(text))
-    rows = [r for r in reader if r["id"] in ids]
-    assert sorted(r["id"] for r in rows) == sorted(ids)
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=reader.fieldnames)
-    writer.writeheader()
-    writer.writerows(rows)
-    path = tmp_path / "tiny.csv"
-    path.write_text(out.getvalue(), encoding="utf-8")
-    return path, {r["id"]: r for r in rows}
+    return tiny_training_csv(tmp_path, ids)
 
 
 @pytest.fixture(scope="module")

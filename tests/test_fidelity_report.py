@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 
 import pytest
 
-from conftest import REPO, assert_one_clear_error
+from conftest import assert_one_clear_error, tiny_training_csv
 from windtunnel.report.accuracy import RowResult
 from windtunnel.report.fidelity import FileResults, over_memory, rank_pairs, ranking, slice_stats
 
@@ -63,17 +61,7 @@ def test_slices_and_plans_over_memory():
 
 
 def _tiny_csv(tmp_path):
-    text = (REPO / "validation" / "training_runs.csv").read_text(encoding="utf-8")
-    reader = csv.DictReader(io.StringIO(text))
-    rows = [r for r in reader if r["id"] in TINY_IDS]
-    assert sorted(r["id"] for r in rows) == sorted(TINY_IDS)
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=reader.fieldnames)
-    writer.writeheader()
-    writer.writerows(rows)
-    path = tmp_path / "tiny.csv"
-    path.write_text(out.getvalue(), encoding="utf-8")
-    return path
+    return tiny_training_csv(tmp_path, TINY_IDS)[0]
 
 
 def test_validate_all_writes_report_bands_and_lists_regressions(cli, tmp_path):

@@ -53,9 +53,6 @@ class Sharding(_Frozen):
     gathered_layers: int = Field(default=2, ge=1)
     # Gathered parameters are freed after each layer's forward and gathered again for its backward.
     reshard_after_forward: bool = True
-    # Gradients are reduce-scattered after every micro-batch's backward (FSDP without no_sync) rather
-    # than accumulated unsharded and reduced once per step.
-    reduce_every_micro_batch: bool = True
     # Blocks are still resharded after forward when the plan also pipelines (False: torchtitan keeps
     # gathered blocks between forward and backward under PP, so a rank holds all its blocks gathered).
     reshard_with_pp: bool = True
