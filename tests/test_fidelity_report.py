@@ -97,3 +97,20 @@ def test_validate_all_errors_are_one_clear_paragraph(cli, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("[]", encoding="utf-8")
     assert_one_clear_error(cli("validate", "all", str(path), "--baseline", str(bad)), "bad.json", "validate all --json")
+
+
+def test_repeat_measurements_are_not_ranked_and_set_the_spread():
+    """Rows of one job (equal job_key) are repeats: never a ranking pair; their relative difference is the
+    measurement spread, and pairs of distinct jobs closer than it count only in the all-pairs figure."""
+    rows = [_r("a1", 100.0, 120.0), _r("a2", 110.0, 120.0),  # one job measured twice: spread 10%
+            _r("b", 105.0, 100.0),  # within 5% of a1 and a2: counted in all pairs only ((a1,b) discordant)
+            _r("c", 200.0, 300.0)]  # far from every other: concordant with a1, a2 and b
+    for r, key in zip(rows, ("A", "A", "B", "C"), strict=True):
+        r.job_key = key
+    rank = ranking(rows)
+    assert rank["repeats"] == {"pairs": 1, "median_spread": pytest.approx(0.1), "max_spread": pytest.approx(0.1)}
+    assert (rank["pairs"], rank["concordant"]) == (5, 4)  # only (a1,b) discordant; the repeat (a1,a2) is no pair
+    wide = rank["beyond_spread"]
+    assert wide["spread"] == pytest.approx(0.1)
+    assert (wide["pairs"], wide["concordant"]) == (3, 3)  # (a1,c) (a2,c) (b,c); (a1,b) and (a2,b) differ by < 10%
+    assert ranking(rows, spread=0.0)["beyond_spread"]["pairs"] == 5  # a given spread replaces the repeats'

@@ -26,7 +26,7 @@ def test_every_catalog_stack_loads_with_sources():
 def test_inheritance_merges_fields():
     fsdp, foundry = load_stack("pytorch-fsdp"), load_stack("llm-foundry")
     assert foundry.zero == fsdp.zero == 3
-    assert foundry.kernels.attention == "triton-fa" and fsdp.kernels.attention == "fa2"
+    assert foundry.kernels.attention == "triton-fa-premlir" and fsdp.kernels.attention == "fa2"
     assert foundry.calibration_family == "pytorch-eager"
     assert load_stack("megatron-lm-2021").kernels.attention == "unfused"
 

@@ -38,6 +38,9 @@ class RowResult:
     model: str = ""
     seq_len: int | None = None
     devices: int | None = None
+    # The job as the model sees it (a digest of the built TrainingJob): rows with the same key are repeat
+    # measurements of one job (another software release, another day), not two plans to rank.
+    job_key: str = ""
 
     def as_dict(self) -> dict:
         out = {"id": self.id, "metric": self.metric, "measured": self.measured, "predicted": self.predicted,

@@ -10,6 +10,8 @@ report/bands.py; and, against a previous `--json` document, the rows whose |erro
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import statistics
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -48,6 +50,23 @@ def _tokens(row: dict) -> float | None:
     return batch * seq if batch > 0 and seq > 0 else None
 
 
+def job_key(row: dict) -> str:
+    """A digest of the job a row describes as the model sees it (model, cluster, plan, stack, batch and
+    sequence; not the calibration), "" when the row builds no job. Equal keys: repeat measurements."""
+    from windtunnel import validation
+
+    try:
+        job, _, skip = validation.build_job(row, fitted_override={})
+    except WindtunnelError:
+        return ""
+    if job is None or skip:
+        return ""
+    # The model spec a row builds is named after the row; its shape is what the job is.
+    text = repr(dataclasses.replace(job, model=job.model.model_copy(update={"id": "", "name": ""}),
+                                    fitted_override=None, extra_assumptions=()))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def predict_files(paths: Iterable[str | Path]) -> list[FileResults]:
     """Predict every row of each training CSV once; two CSVs with the same file name are an error."""
     from windtunnel import validation
@@ -59,7 +78,11 @@ def predict_files(paths: Iterable[str | Path]) -> list[FileResults]:
                                   f"each CSV must have its own name.")
         rows = validation.read_rows(path)
         tokens = {row["id"]: t for row in rows if (t := _tokens(row)) is not None}
-        out.append(FileResults(str(path), validation.validate_rows(rows), tokens))
+        results = validation.validate_rows(rows)
+        keys = {row["id"]: job_key(row) for row in rows}
+        for r in results:
+            r.job_key = keys.get(r.id, "")
+        out.append(FileResults(str(path), results, tokens))
     return out
 
 
@@ -114,42 +137,65 @@ def throughput_values(r: RowResult, tokens_per_step: float | None) -> tuple[str,
     return None
 
 
-def rank_pairs(entries: Iterable[tuple[RowResult, float | None]]) -> dict[str, Any]:
+def _spread(a: float, b: float) -> float:
+    """Relative difference of two measurements of one quantity: |a - b| / the smaller."""
+    return abs(a - b) / min(a, b)
+
+
+def rank_pairs(entries: Iterable[tuple[RowResult, float | None]], spread: float | None = None) -> dict[str, Any]:
     """Ranking quality of validation rows given as (row, tokens per step or None).
 
-    Rows are grouped by model shape (RowResult.model), chip, generation/precision and metric; within a
-    group every pair with distinct measured throughput counts, and it is concordant when the predictions
-    order it the same way (a tie in the prediction is not). share = concordant / pairs (None without pairs).
+    Rows are grouped by model shape (RowResult.model), chip, generation/precision and metric. Within a group,
+    two rows of the same job (equal ``job_key``: one plan measured twice, e.g. by two software releases) are
+    a *repeat*: there is no plan order to get right, and their relative difference is the measurements' own
+    spread. Every other pair with distinct measured throughput counts, and it is concordant when the
+    predictions order it the same way (a tie in the prediction is not): share = concordant / pairs (None
+    without pairs). ``beyond_spread`` repeats the count on the pairs whose measured throughputs differ by
+    more than the measurement spread (the median spread of the repeats, or ``spread`` when given): a
+    smaller difference is within what re-measuring one plan moves, so reality gives it no order either.
     """
-    groups: dict[tuple[str, str, str, str], list[tuple[str, float, float]]] = {}
+    groups: dict[tuple[str, str, str, str], list[tuple[str, float, float, str]]] = {}
     for r, tokens in entries:
         values = throughput_values(r, tokens) if r.role == "validation" else None
         if values is not None:
             metric, measured, predicted = values
-            groups.setdefault((r.model, r.chip, r.group, metric), []).append((r.id, measured, predicted))
-    total = concordant = tied = 0
+            groups.setdefault((r.model, r.chip, r.group, metric), []).append(
+                (r.id, measured, predicted, r.job_key or f"row:{r.id}"))
+    repeats = [_spread(a[1], b[1]) for members in groups.values()
+               for i, a in enumerate(members) for b in members[i + 1:] if a[3] == b[3]]
+    floor = spread if spread is not None else (statistics.median(repeats) if repeats else 0.0)
+    total = concordant = tied = far = far_good = 0
     table = []
     for (model, chip, group, metric), members in sorted(groups.items()):
-        pairs = good = ties = 0
-        for i, (_, m_i, p_i) in enumerate(members):
-            for _, m_j, p_j in members[i + 1:]:
-                if m_i == m_j:
+        pairs = good = ties = wide = wide_good = 0
+        for i, (_, m_i, p_i, k_i) in enumerate(members):
+            for _, m_j, p_j, k_j in members[i + 1:]:
+                if m_i == m_j or k_i == k_j:
                     continue
-                pairs += 1
-                ties += p_i == p_j
-                good += (m_i - m_j) * (p_i - p_j) > 0
+                right = (m_i - m_j) * (p_i - p_j) > 0
+                pairs, good, ties = pairs + 1, good + right, ties + (p_i == p_j)
+                if _spread(m_i, m_j) > floor:
+                    wide, wide_good = wide + 1, wide_good + right
         if pairs:
             table.append({"model": model, "chip": chip, "group": group, "metric": metric, "rows": len(members),
-                          "pairs": pairs, "concordant": good, "ids": [m[0] for m in members]})
+                          "pairs": pairs, "concordant": good, "pairs_beyond_spread": wide,
+                          "concordant_beyond_spread": wide_good, "ids": [m[0] for m in members]})
         total, concordant, tied = total + pairs, concordant + good, tied + ties
+        far, far_good = far + wide, far_good + wide_good
     return {"pairs": total, "concordant": concordant, "tied_predictions": tied,
-            "share": concordant / total if total else None, "groups": table}
+            "share": concordant / total if total else None,
+            "repeats": {"pairs": len(repeats), "median_spread": statistics.median(repeats) if repeats else None,
+                        "max_spread": max(repeats) if repeats else None},
+            "beyond_spread": {"spread": floor, "pairs": far, "concordant": far_good,
+                              "share": far_good / far if far else None},
+            "groups": table}
 
 
-def ranking(results: Iterable[RowResult], tokens_per_step: Mapping[str, float] | None = None) -> dict[str, Any]:
+def ranking(results: Iterable[RowResult], tokens_per_step: Mapping[str, float] | None = None,
+            spread: float | None = None) -> dict[str, Any]:
     """rank_pairs over one CSV's rows (``tokens_per_step`` by row id, for step-time rows)."""
     tokens = tokens_per_step or {}
-    return rank_pairs((r, tokens.get(r.id)) for r in results)
+    return rank_pairs(((r, tokens.get(r.id)) for r in results), spread)
 
 
 # ---- regressions --------------------------------------------------------------------------------------
@@ -185,13 +231,15 @@ def build_document(files: list[FileResults], *, baseline: str | Path | None = No
     every = [r for f in files for r in f.results]
     rows = [{**r.as_dict(), "file": f.name} for f in files for r in f.results]
     memory = over_memory(files)
+    overall = rank_pairs((r, f.tokens_per_step.get(r.id)) for f in files for r in f.results)
+    spread = overall["beyond_spread"]["spread"]  # one measurement spread for every file: the pooled repeats'
     doc: dict[str, Any] = {
         "files": [{"path": f.path, "name": f.name, "summary": summarize(f.results),
-                   "ranking": ranking(f.results, f.tokens_per_step)} for f in files],
+                   "ranking": ranking(f.results, f.tokens_per_step, spread)} for f in files],
         "summary": summarize(every),
         "slices": {level: slice_stats(every, keys) for level, keys in SLICE_LEVELS.items()},
         "over_memory": {"count": len(memory), "rows": memory},
-        "ranking": rank_pairs((r, f.tokens_per_step.get(r.id)) for f in files for r in f.results),
+        "ranking": overall,
         "rows": rows,
     }
     if bands is not None:
@@ -203,6 +251,11 @@ def build_document(files: list[FileResults], *, baseline: str | Path | None = No
 
 def _share(rank: dict) -> str:
     return "n/a (no pairs)" if rank["share"] is None else f"{rank['share']:.1%} of {rank['pairs']} pairs"
+
+
+def _share_beyond(rank: dict) -> str:
+    wide = rank["beyond_spread"]
+    return _share(wide) + f" differing by more than {wide['spread']:.1%}"
 
 
 def _table(header: list[str], body: Iterable[list[str]]) -> list[str]:
@@ -243,16 +296,18 @@ def report_markdown(doc: dict, command: str) -> str:
         f"max |error| **{apct(summary['max_abs_error'])}**",
         f"- calibration rows: {summary['n_calibration']}; median |error| {apct(summary['calibration_median_abs_error'])}",
         f"- rows predicted: {summary['n_predicted']}; skipped: {summary['n_skipped']}",
-        f"- ranking: the predictions order **{_share(rank)}** as the measurements do",
+        f"- ranking: the predictions order **{_share_beyond(rank)}** as the measurements do, and "
+        f"{_share(rank)} of distinct jobs over all (section Ranking quality)",
         f"- published plans over memory in the model: {doc['over_memory']['count']} validation rows",
         "",
         "## Per file",
         "",
     ]
-    lines += _table(["file", "validation rows", "median abs error", "max abs error", "calibration median", "ranking"],
+    lines += _table(["file", "validation rows", "median abs error", "max abs error", "calibration median",
+                     "ranking beyond spread", "ranking, all pairs"],
                     [[f["path"], str(f["summary"]["n_validation"]), apct(f["summary"]["median_abs_error"]),
                       apct(f["summary"]["max_abs_error"]), apct(f["summary"]["calibration_median_abs_error"]),
-                      _share(f["ranking"])] for f in doc["files"]])
+                      _share(f["ranking"]["beyond_spread"]), _share(f["ranking"])] for f in doc["files"]])
     for level, stats in doc["slices"].items():
         lines += ["", f"## By {level}", ""]
         lines += _table(["slice", "median abs error", "max abs error", "rows"],
@@ -261,14 +316,24 @@ def report_markdown(doc: dict, command: str) -> str:
     lines += ["", "## Published plans over memory", ""]
     lines.append(f"{doc['over_memory']['count']} validation rows: " + (", ".join(doc["over_memory"]["rows"]) or "none")
                  + ". Their step times are still predicted and scored.")
+    rep = rank["repeats"]
     lines += ["", "## Ranking quality", "",
-              "Within one model shape on one chip (and precision), every pair of validation rows with the same",
-              "metric and distinct measured values; concordant when the predictions order the pair as the",
-              "measurements do (a tie in the prediction is not). Step-time rows compare as tokens/s per device.",
-              f"Overall (pairs may span files): {_share(rank)}, {rank['tied_predictions']} tied predictions.", ""]
-    lines += _table(["model", "chip", "group", "metric", "rows", "pairs", "concordant"],
+              "Within one model shape on one chip (and precision), every pair of validation rows of two distinct",
+              "jobs (model, cluster, plan, stack, batch, sequence) with the same metric and distinct measured",
+              "values; concordant when the predictions order the pair as the measurements do (a tie in the",
+              "prediction is not). Step-time rows compare as tokens/s per device. Two rows of one job are a",
+              "repeat measurement (another release of the same recipe), not a plan order; their relative",
+              "difference is the measurements' own spread: "
+              + (f"{rep['pairs']} repeat pairs, median {rep['median_spread']:.1%}, max {rep['max_spread']:.1%}. "
+                 if rep["pairs"] else "no repeat pairs. ")
+              + "A pair of distinct jobs whose measured throughputs differ by less than that median is within what",
+              "re-measuring one plan moves, so it is counted in the all-pairs figure only.",
+              f"Overall (pairs may span files): {_share_beyond(rank)}; all pairs of distinct jobs {_share(rank)}, "
+              f"{rank['tied_predictions']} tied predictions.", ""]
+    lines += _table(["model", "chip", "group", "metric", "rows", "pairs", "concordant", "pairs beyond spread",
+                     "concordant beyond spread"],
                     [[g["model"], g["chip"], g["group"], g["metric"], str(g["rows"]), str(g["pairs"]),
-                      str(g["concordant"])]
+                      str(g["concordant"]), str(g["pairs_beyond_spread"]), str(g["concordant_beyond_spread"])]
                      for g in rank["groups"]])
     if "bands" in doc:
         lines += _bands_lines(doc["bands"])
@@ -292,10 +357,11 @@ def print_summary(doc: dict, console: Any) -> None:
         s = f["summary"]
         console.print(f"{f['path']}: {s['n_validation']} validation rows, median |error| "
                       f"{apct(s['median_abs_error']) or 'n/a'}, max {apct(s['max_abs_error']) or 'n/a'}; "
-                      f"ranking {_share(f['ranking'])}")
+                      f"ranking {_share_beyond(f['ranking'])} (all pairs {_share(f['ranking'])})")
     s = doc["summary"]
     console.print(f"all files: {s['n_validation']} validation rows, median |error| {apct(s['median_abs_error']) or 'n/a'}, "
-                  f"max {apct(s['max_abs_error']) or 'n/a'}; ranking {_share(doc['ranking'])}; "
+                  f"max {apct(s['max_abs_error']) or 'n/a'}; ranking {_share_beyond(doc['ranking'])} "
+                  f"(all pairs {_share(doc['ranking'])}); "
                   f"plans over memory: {doc['over_memory']['count']}")
     if "regressions" in doc:
         reg = doc["regressions"]
