@@ -65,6 +65,8 @@ class SearchSpace:
     moments: str = "fp32"
     dispatcher: str = "deepep"
     framework: str = "megatron"
+    # A calibration profile's fitted dict (windtunnel.profile.fitted_override); None: the shipped calibration.
+    fitted_override: dict | None = None
 
     def __post_init__(self) -> None:
         model, cluster = self.model, self.cluster
@@ -123,6 +125,8 @@ class SearchSpace:
                "framework": self.framework,
                "grads": self.grads, "moments": self.moments, "dispatcher": self.dispatcher,
                "values": {k: [str(v) for v in vs] for k, vs in self.values.items()}}
+        if self.fitted_override is not None:  # a profile's fit changes every result
+            doc["fitted"] = self.fitted_override
         return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
     # ---- candidates ----------------------------------------------------------------------------
@@ -241,7 +245,8 @@ def shard_job(space: SearchSpace, key: ShardKey) -> TrainingJob:
                 precision=space.precision, zero=1, cuda_graphs=space.cuda_graphs, dispatcher=space.dispatcher)
     return TrainingJob(model=space.model, cluster=cluster, plan=plan, seq_len=space.seq_len,
                        global_batch=key.mbs * dp, moe_imbalance=space.moe_imbalance,
-                       flash_attention=space.flash_attention, fused_loss=space.fused_loss, framework=space.framework)
+                       flash_attention=space.flash_attention, fused_loss=space.fused_loss, framework=space.framework,
+                       fitted_override=space.fitted_override)
 
 
 def cost_shard(space: SearchSpace, key: ShardKey) -> ShardCost:
@@ -319,7 +324,8 @@ class Screen:
         self.space = space
         from windtunnel.specs.stack import load_stack
 
-        self.eff = efficiency_for(space.cluster.chip, family=load_stack(space.framework).calibration_family)
+        self.eff = efficiency_for(space.cluster.chip, space.fitted_override,
+                                  family=load_stack(space.framework).calibration_family)
         self.ids: dict[ShardKey, int] = {}
         self.table: dict[str, list[float]] = {}
         self._groups: dict[tuple, tuple] = {}
@@ -527,7 +533,8 @@ def refine(space: SearchSpace, plan: Plan) -> TrainingResult:
     """The full event simulation of one candidate."""
     job = TrainingJob(model=space.model, cluster=space.cluster, plan=plan, seq_len=space.seq_len,
                       global_batch=space.global_batch, moe_imbalance=space.moe_imbalance,
-                      flash_attention=space.flash_attention, fused_loss=space.fused_loss, framework=space.framework)
+                      flash_attention=space.flash_attention, fused_loss=space.fused_loss, framework=space.framework,
+                      fitted_override=space.fitted_override)
     return simulate(job)
 
 
