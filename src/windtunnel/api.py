@@ -11,6 +11,7 @@ from pathlib import Path
 
 from windtunnel.graph.dag import DagModel, load_dag
 from windtunnel.infer.api import compare_dynamic, search_serving, simulate_serving, validate_inference
+from windtunnel.profile import Profile, apply_profile
 from windtunnel.specs.hardware import Cluster, load_hardware
 from windtunnel.specs.model import ModelSpec, load_model
 from windtunnel.specs.plan import Plan, parse_plan
@@ -52,6 +53,7 @@ def simulate_training(
     moe_imbalance: float = 1.1,
     keep_trace: bool = False,
     framework: str = "megatron",
+    profile: str | Path | Profile | None = None,
 ) -> TrainingResult:
     """Simulate one training step.
 
@@ -60,7 +62,9 @@ def simulate_training(
     seq_len in tokens, global_batch in sequences. framework: the training stack (a built-in id from
     ``windtunnel catalog list``'s stacks, e.g. megatron, pytorch-fsdp, deepspeed, mindspeed, or a stack YAML);
     plan fields the plan leaves unset take the stack's defaults. ``flash_attention``/``fused_loss`` override the
-    stack's kernels when not None. Returns a TrainingResult (seconds, bytes, tokens/s).
+    stack's kernels when not None. ``profile``: a calibration profile (YAML path or Profile, from ``windtunnel
+    calibrate ... --out``) of the cluster's chip, overlaid on the shipped calibration and listed in the result's
+    assumptions. Returns a TrainingResult (seconds, bytes, tokens/s).
     """
     model_spec, dag = resolve_model(model)
     if isinstance(hardware, Cluster):
@@ -69,10 +73,11 @@ def simulate_training(
         if devices is None:
             raise ValueError("devices is required when hardware is given by name")
         cluster = load_hardware(hardware, devices)
+    fitted, notes = apply_profile(profile, cluster.chip.id, framework)
     job = TrainingJob(model=model_spec, cluster=cluster, plan=parse_plan(plan), seq_len=seq_len,
                       global_batch=global_batch, flash_attention=flash_attention, fused_loss=fused_loss,
-                      moe_imbalance=moe_imbalance, framework=framework,
-                      keep_trace=keep_trace, dag=dag)
+                      moe_imbalance=moe_imbalance, framework=framework, fitted_override=fitted,
+                      keep_trace=keep_trace, dag=dag, extra_assumptions=notes)
     return annotate(simulate(job), generation=cluster.chip.generation, precision=job.plan.precision,
                     arch="moe" if model_spec.moe else "dense")
 
@@ -94,6 +99,7 @@ def failure_aware_goodput(
     method: str = "markov",
     replications: int = 200,
     seed: int = 0,
+    profile: str | Path | Profile | None = None,
 ) -> list[dict]:
     """Failure-aware goodput of training plans: Sim2Train's step time and tokens/s, times the effective
     training time ratio (ETTR) Sim2Availability gives for the same job under faults.
@@ -106,7 +112,8 @@ def failure_aware_goodput(
     ``checkpoint_every_s`` is given; a data-parallel replica spans tp x pp x cp devices (what an elastic
     shrink loses per failed node). ``method``: "markov" (exact steady state) or "simulate". Returns one dict
     per plan with ``goodput_tokens_per_s`` (tokens per wall-second after faults) and the ranks with and
-    without faults (1 = best).
+    without faults (1 = best). ``profile``: a calibration profile of the chip for the step times (see
+    :func:`simulate_training`).
     """
     from windtunnel.avail.formulas import daly_interval_s
     from windtunnel.avail.markov import solve_markov
@@ -128,7 +135,8 @@ def failure_aware_goodput(
     given = parse_policy(policy).model_dump(exclude_unset=True)
     rows = []
     for plan_text in plan_list:
-        train = simulate_training(model, hardware, devices, seq_len=seq_len, global_batch=global_batch, plan=plan_text)
+        train = simulate_training(model, hardware, devices, seq_len=seq_len, global_batch=global_batch, plan=plan_text,
+                                  profile=profile)
         row = {"plan": plan_text, "feasible": train.feasible, "step_time_s": train.step_time_s,
                "tokens_per_s": train.tokens_per_s, "checkpoint_bytes": ckpt_bytes}
         if not train.feasible:

@@ -1,8 +1,10 @@
-"""Calibration: fit GEMM and attention efficiencies on the calibration rows of the training CSVs
-(the `calibrate training` verb), per hardware generation and chip, and per stack calibration family.
+"""The shipped calibration: fit GEMM and attention efficiencies on the calibration rows of the committed
+training CSVs, per hardware generation and chip, and per stack calibration family.
 
 Rows are chosen by :func:`windtunnel.validation.row_role` (a dense model on a single node); the
-fitted values go to catalog/calibration.yaml and replace the priors of catalog/efficiency.yaml.
+fitted values go to the package's catalog/calibration.yaml and replace the priors of
+catalog/efficiency.yaml. Only the developer script validation/fit_shipped_calibration.py writes it;
+users fit profiles of their own clusters (windtunnel.fit_profile, `calibrate training --out`).
 """
 
 from __future__ import annotations
@@ -138,8 +140,8 @@ def calibrate(rows: list[dict], *, write: bool = True) -> dict:
     if not fitted["families"]:
         del fitted["families"]
     if write:
-        header = ("# Fitted efficiencies, written by `windtunnel calibrate training validation/training_runs.csv "
-                  "validation/training_runs_2.csv`.\n"
+        header = ("# Fitted efficiencies, written by the developer script `python validation/fit_shipped_calibration.py` "
+                  "(validation/training_runs.csv, validation/training_runs_2.csv).\n"
                   "# Fitted on calibration rows only (dense models on a single node, <= 8 devices); generations without one keep\n"
                   "# the priors of efficiency.yaml. Values replace the priors for that hardware generation; families.<name>\n"
                   "# holds the fits of a stack calibration family (stack field calibration_family) over the default ones.\n")

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from windtunnel.cli_avail import avail_app
+from windtunnel.cli_calibrate import calibrate_training_cmd
 from windtunnel.cli_infer import infer_app, validate_inference_cmd
 from windtunnel.specs.errors import WindtunnelError
 
@@ -17,7 +18,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="windtunnel: rehearse LLM training and serving on a simulated cluster.")
 train_app = typer.Typer(no_args_is_help=True, help="Sim2Train: training step time, MFU, memory.")
 validate_app = typer.Typer(no_args_is_help=True, help="Score predictions on published measurements.")
-calibrate_app = typer.Typer(no_args_is_help=True, help="Fit efficiency curves on calibration rows.")
+calibrate_app = typer.Typer(no_args_is_help=True, help="Fit a calibration profile of your cluster (written to --out).")
 catalog_app = typer.Typer(no_args_is_help=True, help="List the built-in catalog.")
 app.add_typer(train_app, name="train")
 app.add_typer(validate_app, name="validate")
@@ -26,12 +27,15 @@ app.add_typer(catalog_app, name="catalog")
 app.add_typer(avail_app, name="avail")
 app.add_typer(infer_app, name="infer")
 validate_app.command("inference")(validate_inference_cmd)
+calibrate_app.command("training")(calibrate_training_cmd)
 
 console = Console()
 UNFUSED_LOSS_HELP = "Unfused fp32 cross-entropy (Megatron-LM's default) instead of the stack's loss kernel."
 FRAMEWORK_HELP = ("Training stack: megatron (default), megatron-lm, megatron-lm-2021, nemo, megatron-bridge, pytorch-fsdp, "
                   "pytorch-fsdp2, llm-foundry, torchtitan, deepspeed, mindspeed, jax, or a stack YAML file. Plan fields "
                   "left unset (zero, grads, sp, tp_overlap, dispatcher) take the stack's defaults.")
+PROFILE_HELP = ("Calibration profile of the chip (from `windtunnel calibrate ... --out`), overlaid on the shipped "
+                "calibration.")
 
 
 def _flag(value: bool) -> bool | None:
@@ -55,6 +59,7 @@ def train_simulate(
     no_flash: bool = typer.Option(False, "--no-flash", help="Unfused attention (scores materialised)."),
     unfused_loss: bool = typer.Option(False, "--unfused-loss", help=UNFUSED_LOSS_HELP),
     framework: str = typer.Option("megatron", help=FRAMEWORK_HELP),
+    profile: Path | None = typer.Option(None, help=PROFILE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     trace: Path | None = typer.Option(None, help="Write the simulated step as a Chrome trace (Perfetto)."),
 ) -> None:
@@ -66,7 +71,8 @@ def train_simulate(
 
     result = simulate_training(model, hardware, devices, seq_len=seq_len, global_batch=global_batch, plan=plan,
                                flash_attention=_flag(no_flash), fused_loss=_flag(unfused_loss),
-                               moe_imbalance=moe_imbalance, keep_trace=trace is not None, framework=framework)
+                               moe_imbalance=moe_imbalance, keep_trace=trace is not None, framework=framework,
+                               profile=profile)
     if trace is not None:
         write_atomic(trace, trace_json(result.trace, title=f"{result.model} {result.plan}"))
     if as_json:
@@ -133,6 +139,7 @@ def train_search(
                                           "DeepEP/HybridEP), alltoall (plain all-to-all) or allgather (default: the "
                                           "stack's)."),
     framework: str = typer.Option("megatron", help=FRAMEWORK_HELP),
+    profile: Path | None = typer.Option(None, help=PROFILE_HELP),
     backend: str = typer.Option("local", help="local (processes on this machine) or ray."),
     address: str | None = typer.Option(None, help="Ray cluster address ('auto' joins a running cluster)."),
     workers: int | None = typer.Option(None, help="Local processes (default: all cores)."),
@@ -172,10 +179,13 @@ def train_search(
         raise WindtunnelError("Plan search needs a transformer model (catalog, YAML or config.json), not an operator DAG.")
     cluster = load_hardware(hardware, devices)
     cluster.chip.peak(precision)
+    from windtunnel.profile import apply_profile
+
+    fitted, _ = apply_profile(profile, cluster.chip.id, framework)
     space = SearchSpace(spec, cluster, seq_len, global_batch, precision=precision, moe_imbalance=moe_imbalance,
                         choices=_parse_pins(pin), flash_attention=_flag(no_flash), fused_loss=_flag(unfused_loss),
                         cuda_graphs=cuda_graphs, grads=grads, moments=moments, dispatcher=dispatcher,
-                        framework=load_stack(framework).id)
+                        framework=load_stack(framework).id, fitted_override=fitted)
     state_path = state or Path(f".windtunnel-search-{space.fingerprint()}.json")
     runner = make_backend(backend, address=address, workers=workers)
     show = not as_json and sys.stderr.isatty()
@@ -216,11 +226,21 @@ def validate_training(
     csv_path: Path = typer.Argument(..., help="CSV in the schema of shared/reference/training_runs.csv."),
     out: Path | None = typer.Option(None, help="Write the Markdown report here (e.g. validation/REPORT.md)."),
     as_json: bool = typer.Option(False, "--json", help="Print rows and summary as JSON."),
+    profile: list[Path] = typer.Option([], help="Calibration profile(s), one per chip and stack: every row is "
+                                       "predicted before and after its chip's profile (repeat for several chips)."),
 ) -> None:
     """Predict every row of a training-measurement CSV and report the errors."""
     from windtunnel import validation
     from windtunnel.report.accuracy import run_validation
 
+    if profile:
+        from windtunnel.cli_calibrate import validate_with_profiles
+
+        if out is not None:
+            raise WindtunnelError("--out writes the plain validation report; with --profile use --json (or the table) "
+                                  "instead.", field="out")
+        validate_with_profiles(csv_path, profile, as_json)
+        return
     run_validation(validation, "training", csv_path, out, as_json, console, _emit_json)
 
 
@@ -264,24 +284,6 @@ def validate_all(
     for path in (out, bands_out):
         if path is not None:
             console.print(f"written: {path}")
-
-
-@calibrate_app.command("training")
-def calibrate_training(
-    csv_paths: list[Path] = typer.Argument(..., help="CSVs in the schema of shared/reference/training_runs.csv."),
-    as_json: bool = typer.Option(False, "--json", help="Print the fit as JSON."),
-) -> None:
-    """Fit GEMM and attention efficiencies on the calibration rows of every CSV (per chip and stack
-    calibration family) and write catalog/calibration.yaml."""
-    from windtunnel.validation import calibrate, read_rows
-
-    report = calibrate([row for path in csv_paths for row in read_rows(path)])
-    if as_json:
-        _emit_json(report)
-    else:
-        for generation, fit in report.items():
-            values = ", ".join(f"{k} {v:.3f}" for k, v in fit["parameters"].items())
-            console.print(f"{generation}: {values} (rows {', '.join(fit['rows'])}; rms log error {fit['rms_log_error']:.3f})")
 
 
 @catalog_app.command("list")

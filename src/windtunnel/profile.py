@@ -49,7 +49,22 @@ def _spec(path: str, bounds: tuple[float, float], unit: str, doc: str, fallback:
 # (nccl-tests published bus bandwidths). Host: 1-100 us per eager op (CUDA launch ~4.5 us alone;
 # Grace hosts ~37 us per Linear, TransformerEngine issue #2053).
 _FRACTION = "fraction of peak"
-_KERNELS = ("fa2", "triton-fa", "ascend-fa")  # named attention kernels of the catalog stacks (kernels.attention)
+
+
+def _named_kernels() -> list[str]:
+    """Named attention kernels: those the catalog stacks run (kernels.attention) and those
+    catalog/efficiency.yaml gives efficiencies for (attention_kernels), besides the fused 'flash'."""
+    from windtunnel.specs.stack import load_stack, stack_names
+    from windtunnel.specs.yamlio import catalog_dir
+
+    names = {load_stack(name).kernels.attention for name in stack_names()}
+    priors = read_yaml(catalog_dir("efficiency.yaml")) or {}
+    for scope in ("generations", "chips"):
+        for fragment in (priors.get(scope) or {}).values():
+            names.update((fragment or {}).get("attention_kernels") or {})
+    names.update((priors.get("defaults") or {}).get("attention_kernels") or {})
+    return sorted(names - {"flash", "unfused"})
+
 
 PARAMETERS: dict[str, ParameterSpec] = {
     "gemm.bf16": _spec("gemm/max_efficiency/bf16", (0.30, 0.85), _FRACTION, "large bf16 GEMM efficiency"),
@@ -78,7 +93,7 @@ PARAMETERS: dict[str, ParameterSpec] = {
                                   "device-host copy bandwidth share (activation offloading)"),
     "kernel_overhead_s": _spec("kernel_overhead_s", (0.5e-6, 3.0e-5), "s", "launch and tail overhead per kernel"),
 }
-for _kernel in _KERNELS:
+for _kernel in _named_kernels():
     for _pass, _key, _lo in (("fwd", "fwd_efficiency", 0.20), ("bwd", "bwd_efficiency", 0.15)):
         PARAMETERS[f"attention.{_kernel}.{_pass}"] = _spec(
             f"attention_kernels/{_kernel}/{_key}", (_lo, 0.85), _FRACTION,
@@ -320,3 +335,16 @@ def profile_assumption(profile: Profile, path: str | Path | None = None) -> str:
     where = f" '{path}'" if path is not None else ""
     stack = f", stack {profile.stack}" if profile.stack else ""
     return f"profile{where} (chip {profile.chip}{stack}) applied: {applied}"
+
+
+def apply_profile(profile: str | Path | Profile | None, chip_id: str,
+                  stack: str | None = None) -> tuple[dict | None, tuple[str, ...]]:
+    """(fitted_override, assumption lines) of a profile (a path or a Profile) for a job on ``chip_id``
+    run by ``stack``; (None, ()) without one. A profile of another chip or stack family is an error."""
+    if profile is None:
+        return None, ()
+    path = None
+    if not isinstance(profile, Profile):
+        path, profile = profile, load_profile(profile)
+    check_applies(profile, chip_id, stack)
+    return fitted_override(profile), (profile_assumption(profile, path),)
