@@ -29,8 +29,11 @@ DEFAULT_FAMILY = "megatron"  # calibration family whose fits are the chips' defa
 # on B200 ~70%;
 # Dao 2023, Shah et al. 2024). The fit may not leave them; a weak pull towards the priors settles directions the
 # calibration rows cannot tell apart.
+# A kernel whose published prior lies below that range (one without the chip generation's instructions,
+# e.g. pre-MLIR Triton's FlashAttention on Hopper; efficiency.yaml) may go down to KERNEL_FLOOR x its prior.
 GEMM_BOUNDS = (0.30, 0.85)
 ATTENTION_BOUNDS = (0.35, 0.80)
+KERNEL_FLOOR = 0.5
 PRIOR_WEIGHT = 0.05
 
 
@@ -78,7 +81,9 @@ def _fit_group(scope: str, key: str, members: list[tuple[dict, TrainingJob]], fi
 
     start = np.array([prior["gemm"]["max_efficiency"][p] for p in precisions]
                      + ([attention_prior["fwd_efficiency"]] if flash else []), dtype=float)
-    lower = np.array([GEMM_BOUNDS[0]] * len(precisions) + ([ATTENTION_BOUNDS[0]] if flash else []))
+    kernel_prior = float(attention_prior["fwd_efficiency"])
+    attention_floor = ATTENTION_BOUNDS[0] if kernel_prior >= ATTENTION_BOUNDS[0] else KERNEL_FLOOR * kernel_prior
+    lower = np.array([GEMM_BOUNDS[0]] * len(precisions) + ([attention_floor] if flash else []))
     upper = np.array([GEMM_BOUNDS[1]] * len(precisions) + ([ATTENTION_BOUNDS[1]] if flash else []))
 
     def loss(x) -> float:
