@@ -97,6 +97,11 @@ class Memory(_Frozen):
     # Bytes per logit the loss's backward allocates beyond what its forward saved (0: a fused
     # cross-entropy writes its gradient in place; eager F.cross_entropy on fp32 logits: 8).
     loss_workspace_bytes_per_logit: float = Field(default=0.0, ge=0)
+    # What 'selective' recomputation keeps: 'modules' (Megatron's --recompute-modules: checkpointed
+    # modules drop their internals, everything else is stored) or 'op' (torchtitan's op-level
+    # selective AC: each block keeps only its input, every second matmul's output and the attention
+    # kernel's outputs; everything else is recomputed in the backward).
+    selective_policy: Literal["modules", "op"] = "modules"
 
 
 class Stack(_Frozen):

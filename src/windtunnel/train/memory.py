@@ -129,17 +129,83 @@ class StepMemory:
     host_bytes: float
 
 
+# ---- what a layer keeps for its backward -------------------------------------------------------
+
+def _mm_outputs(op, model) -> list[float]:
+    """Output bytes of each framework matmul (``aten.mm``) a GEMM operator stands for, in forward order.
+    The graph fuses Q, K and V into one GEMM and a GLU's gate and up projections into another; an
+    eager PyTorch block (torchtitan models/llama/model.py) runs them as separate nn.Linear calls:
+    ``self.wq(x), self.wk(x), self.wv(x)`` and ``self.w2(F.silu(self.w1(x)) * self.w3(x))``.
+    Grouped expert GEMMs (``torch._grouped_mm``) are not ``aten.mm``: none is returned for them."""
+    from windtunnel.graph.transformer import ACT_BYTES
+
+    if op.count > 1 or op.name.startswith("experts.") or not op.shape:
+        return []
+    m, n = op.shape[0], op.shape[1]
+    out = ACT_BYTES * m * n
+    if op.name == "qkv_proj":
+        kv = model.kv_heads or model.heads
+        return [out * share / (model.heads + 2 * kv) for share in (model.heads, kv, kv)]
+    if op.name.endswith("up_proj") and not op.name.startswith(("q_", "kv_")) and model.activation == "swiglu":
+        return [out / 2, out / 2]
+    return [out]
+
+
+def op_checkpoint_saved_bytes(graph, model, cp: int = 1, tp: int = 1) -> float:
+    """Bytes one layer keeps under torchtitan's op-level selective activation checkpointing
+    (activation_checkpoint.mode 'selective', selective_ac_option 'op'; torchtitan
+    parallelize_llama.py _apply_ac_to_transformer_block at 9dec370 and e7c0cae): the block is
+    checkpoint-wrapped, so its input is kept; the policy marks MUST_SAVE the outputs of the ops in
+    ``_save_list`` (aten.mm except every second one, counted per block in forward order; the SDPA
+    flash/efficient kernels, whose outputs are the attention output and its fp32 log-sum-exp; TP's
+    reduce-scatters) and PREFER_RECOMPUTE everything else, which the backward re-runs. The list's
+    max/abs entries (float8 amax) are not charged: torchtitan's published Table 1 float8 row (76.8 GiB)
+    equals the bf16 compiled row (77.0 GiB)."""
+    from windtunnel.graph.transformer import ACT_BYTES
+
+    if not graph.ops:
+        return 0.0
+    first = graph.ops[0]
+    saved = first.saved_bytes if first.kind == "memory" else 0.0  # the checkpointed block's input
+    count = 0
+    for op in graph.ops:
+        if op.kind == "gemm":
+            for out in _mm_outputs(op, model):
+                count += 1
+                if count % 2 == 1:
+                    saved += out
+        elif op.kind == "attention" and op.shape:
+            rows, q_len, _, head_dim = op.shape[:4]
+            steps = (cp - 1) if op.name.endswith("_ring") else 1  # each ring step's outputs are saved
+            saved += steps * (ACT_BYTES * rows * q_len * head_dim + 4.0 * rows * q_len)
+        elif op.kind == "reduce_scatter" and op.group == "tp":
+            saved += op.bytes_moved / tp  # the reduce-scatter's output: the full buffer over the TP group
+    return saved
+
+
+def layer_saved_bytes(builder, kind: str, mode: str) -> float:
+    """Activation bytes a module keeps for its backward under a recompute mode (per micro-batch), as
+    the builder's stack runs that mode: a stack whose ``memory.selective_policy`` is 'op' keeps what
+    torchtitan's op-level policy saves (:func:`op_checkpoint_saved_bytes`) when a transformer layer
+    recomputes selectively; otherwise the operator graph's accounting
+    (:func:`windtunnel.train.layers.saved_activation_bytes`)."""
+    from windtunnel.train.layers import saved_activation_bytes
+
+    graph = builder.forward_graphs[kind]
+    if (kind in LAYER_MODULES and mode.startswith("selective")
+            and builder.stack.memory.selective_policy == "op"):
+        return op_checkpoint_saved_bytes(graph, builder.job.model, builder.plan.cp, builder.plan.tp)
+    return saved_activation_bytes(graph, mode)
+
+
 def _layer_transient(builder, kind: str, mode: str) -> float:
     """Bytes a layer holds beyond its saved activations while its backward runs: a fully recomputed
     layer re-materialises its whole forward (Korthikanti et al. 2022 Sec. 4: 'only the input of each
     layer is stored, and the activations of one layer are recomputed during its backward'); a
     selectively recomputed one, the part it dropped."""
-    from windtunnel.train.layers import saved_activation_bytes
-
-    graph = builder.forward_graphs[kind]
     if mode == "none":
         return 0.0
-    return max(0.0, saved_activation_bytes(graph, "none") - saved_activation_bytes(graph, mode))
+    return max(0.0, layer_saved_bytes(builder, kind, "none") - layer_saved_bytes(builder, kind, mode))
 
 
 def _loss_transient(builder) -> float:
