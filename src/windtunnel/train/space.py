@@ -251,7 +251,7 @@ def shard_job(space: SearchSpace, key: ShardKey) -> TrainingJob:
 
 def cost_shard(space: SearchSpace, key: ShardKey) -> ShardCost:
     """Play one shard's layer DAGs on the event engine (the expensive, shared part of the screen)."""
-    from windtunnel.train.layers import saved_activation_bytes
+    from windtunnel.train.memory import layer_saved_bytes
 
     builder = _StepBuilder(shard_job(space, key))
     kinds = [k for k in ("dense", "moe", "embedding", "head") if k in builder.forward_graphs]
@@ -259,7 +259,7 @@ def cost_shard(space: SearchSpace, key: ShardKey) -> ShardCost:
     for kind in kinds:
         forward[kind] = builder.played(kind, "fwd").time
         backward[kind] = {mode: builder.played(kind, f"bwd-{mode}").time for mode in MODES}
-        activations[kind] = {mode: saved_activation_bytes(builder.forward_graphs[kind], mode) for mode in MODES}
+        activations[kind] = {mode: layer_saved_bytes(builder, kind, mode) for mode in MODES}
         params[kind] = builder.layer_params(kind)
         if kind in ("dense", "moe") and space.model.moe:
             fused[kind] = builder.fused([kind], [kind], ["none"]).time

@@ -30,9 +30,9 @@ from windtunnel.specs.model import ModelSpec
 from windtunnel.specs.plan import Plan, validate_plan
 from windtunnel.specs.stack import DEFAULT_STACK, Stack, load_stack, with_stack_defaults
 from windtunnel.train.flops import model_flops_per_token
-from windtunnel.train.layers import ZERO, LayerCoster, Played, backward_with_recompute, saved_activation_bytes
+from windtunnel.train.layers import ZERO, LayerCoster, Played, backward_with_recompute
 from windtunnel.train.layout import LAYER_KINDS, stage_modules
-from windtunnel.train.memory import WEIGHT_BYTES, StateBytes, step_memory
+from windtunnel.train.memory import WEIGHT_BYTES, StateBytes, layer_saved_bytes, step_memory
 from windtunnel.train.placement import Placement, place_plan
 from windtunnel.train.result import TrainingResult
 from windtunnel.train.schedule import Block, schedule_orders
@@ -294,7 +294,7 @@ class _StepBuilder:
         pieces = []
         activations = staging = 0.0
         for index, (kind, mode) in enumerate(zip(modules, modes, strict=True)):
-            saved = saved_activation_bytes(self.forward_graphs[kind], mode)
+            saved = layer_saved_bytes(self, kind, mode)
             forward_piece, backward_piece = self.played(kind, "fwd"), self.played(kind, f"bwd-{mode}")
             if offloaded[index]:
                 # The copy to host runs beside the next module's forward and the copy back beside its
