@@ -211,10 +211,13 @@ def _layer_transient(builder, kind: str, mode: str) -> float:
 def _loss_transient(builder) -> float:
     """Bytes of the loss's backward beyond what the forward saved: the stack's workspace per logit
     (an eager fp32 cross entropy allocates the fp32 gradients of the log-probabilities and of the
-    logits beside the saved log-probabilities)."""
-    shard, model = builder.shard, builder.job.model
+    logits beside the saved log-probabilities; with vocab-sharded logits, the stack's TP figure)."""
+    shard, model, memory = builder.shard, builder.job.model, builder.stack.memory
     logits = shard.tokens * model.vocab / builder.plan.tp
-    return builder.stack.memory.loss_workspace_bytes_per_logit * logits
+    per_logit = memory.loss_workspace_bytes_per_logit
+    if builder.plan.tp > 1 and memory.tp_loss_workspace_bytes_per_logit is not None:
+        per_logit = memory.tp_loss_workspace_bytes_per_logit
+    return per_logit * logits
 
 
 def step_memory(builder, chunks: dict) -> StepMemory:
