@@ -7,9 +7,10 @@ value (catalog priors merged with the shipped calibration) in units of a stated 
 Parameters are fitted in log space within their physical bounds (:data:`windtunnel.profile.PARAMETERS`).
 
 Identifiability: at the solution, the posterior covariance (J^T J + prior precision)^-1 of the log
-parameters gives each parameter's standard error; a parameter whose posterior standard error is not
-below half its prior width (the rows carry less than three quarters of what is known about it) is
-*not identified*: it keeps its prior, is not applied, and the fit is redone without it. The
+parameters gives their standard errors. Parameters join the identified set greedily (most informed
+first) while every member's posterior standard error stays below half its prior width (the rows carry
+at least three quarters of what is known about it, jointly with the other members); the rest are *not
+identified*: they keep their priors, are not applied, and the fit is redone without them. The
 leave-one-out error refits without each row in turn and predicts that row.
 """
 
@@ -116,18 +117,22 @@ def candidates(members: list[Member], chip: str, stack: str) -> list[str]:
 class Fitter:
     """Predicts the members' metrics for candidate parameter values and fits them."""
 
-    def __init__(self, members: list[Member], chip: str, stack: str) -> None:
+    def __init__(self, members: list[Member], chip: str, stack: str, base: dict | None = None) -> None:
         self.members, self.chip, self.stack = members, chip, stack
-        self.base = shipped_fitted()
+        self.base = shipped_fitted() if base is None else base
         self.measured = [float(m.row["value"]) for m in members]
+
+    def prior(self, name: str) -> float:
+        """The value ``name`` takes on the chip without the profile (catalog priors and ``base``)."""
+        return prior_value(self.chip, name, self.stack, fitted=self.base)
 
     def values_of(self, names: list[str], z) -> dict[str, float]:
         """Parameter values from log offsets ``z``; an attention forward carries its backward at the
         prior's backward/forward ratio."""
-        out = {name: prior_value(self.chip, name, self.stack) * math.exp(float(v)) for name, v in zip(names, z, strict=True)}
+        out = {name: self.prior(name) * math.exp(float(v)) for name, v in zip(names, z, strict=True)}
         for name in [n for n in out if n.startswith("attention.") and n.endswith(".fwd")]:
             bwd = name[:-3] + "bwd"
-            out[bwd] = out[name] * prior_value(self.chip, bwd, self.stack) / prior_value(self.chip, name, self.stack)
+            out[bwd] = out[name] * self.prior(bwd) / self.prior(name)
         return out
 
     def predict(self, values: dict[str, float], members: list[Member] | None = None) -> list[float]:
@@ -146,7 +151,7 @@ class Fitter:
         idx = list(range(len(self.members))) if keep is None else keep
         members = [self.members[i] for i in idx]
         measured = np.array([self.measured[i] for i in idx])
-        priors = np.array([prior_value(self.chip, n, self.stack) for n in names])
+        priors = np.array([self.prior(n) for n in names])
         sigma = np.array([_sigma(n) for n in names])
         lo = np.log(np.array([max(PARAMETERS[n].bounds[0], 1e-3 * p) for n, p in zip(names, priors, strict=True)]) / priors)
         hi = np.log(np.array([PARAMETERS[n].bounds[1] for n in names]) / priors)
@@ -174,18 +179,42 @@ def _posterior_stderr(result, sigma) -> list[float]:
     return [float(math.sqrt(max(covariance[i, i], 0.0))) for i in range(len(sigma))]
 
 
+def identified_set(result, names: list[str]) -> list[str]:
+    """The parameters the rows identify, chosen greedily: in order of the information the rows carry
+    on each alone, a parameter joins the set when, fitted jointly with those already in it (the rest
+    at their priors), every member's posterior standard error stays below IDENTIFIED_RATIO times its
+    prior width. Parameters the rows cannot tell apart thus yield one identified member, not none."""
+    import numpy as np
+
+    jac = np.array(result.jac)
+    sigma = np.array([_sigma(n) for n in names])
+    information = jac.T @ jac
+    data = np.diag(information) - 1.0 / sigma**2  # the rows' share of each parameter's information
+    chosen: list[int] = []
+    for j in sorted(range(len(names)), key=lambda k: (-data[k], names[k])):
+        trial = chosen + [j]
+        try:
+            covariance = np.linalg.inv(information[np.ix_(trial, trial)])
+        except np.linalg.LinAlgError:
+            continue
+        if all(math.sqrt(max(covariance[i, i], 0.0)) < IDENTIFIED_RATIO * sigma[k] for i, k in enumerate(trial)):
+            chosen = trial
+    return [names[k] for k in sorted(chosen)]
+
+
 def fit_profile(rows: list[dict], *, chip: str | None = None, stack: str | None = None, small: int | None = None,
-                source: str = "calibrate training", inputs: list[dict] | None = None, loo: bool = True) -> Profile:
-    """Fit a profile on measured training ``rows`` (validation CSV schema); see the module docstring."""
+                source: str = "calibrate training", inputs: list[dict] | None = None, loo: bool = True,
+                base: dict | None = None) -> Profile:
+    """Fit a profile on measured training ``rows`` (validation CSV schema); see the module docstring.
+    ``base``: the fitted dict the profile overlays while fitting (None: the shipped calibration; {}:
+    the catalog priors alone)."""
     import numpy as np
 
     members, chip_id, stack_id, notes = select_members(rows, chip=chip, stack=stack, small=small)
-    fitter = Fitter(members, chip_id, stack_id)
+    fitter = Fitter(members, chip_id, stack_id, base)
     names = candidates(members, chip_id, stack_id)
-    sigma = [_sigma(n) for n in names]
     first = fitter.fit(names)
-    stderr = _posterior_stderr(first, sigma)
-    identified = [n for n, s, w in zip(names, stderr, sigma, strict=True) if s < IDENTIFIED_RATIO * w]
+    identified = identified_set(first, names)
     if identified:
         start = np.array([first.x[names.index(n)] for n in identified])
         final = fitter.fit(identified, start=start)
@@ -200,7 +229,7 @@ def fit_profile(rows: list[dict], *, chip: str | None = None, stack: str | None 
     from windtunnel.profile import PARAMETERS
 
     for name in names + [n for n in values if n not in names]:
-        prior = prior_value(chip_id, name, stack_id)
+        prior = fitter.prior(name)
         tied = name not in names
         ok = name in values
         err = final_stderr.get(name[:-3] + "fwd" if tied else name)

@@ -266,9 +266,10 @@ def profile_value(profile_dict: dict, name: str) -> float:
     return float(value)
 
 
-def prior_value(chip_id: str, name: str, stack: str | None = None) -> float:
+def prior_value(chip_id: str, name: str, stack: str | None = None, *, fitted: dict | None = None) -> float:
     """The value of ``name`` on ``chip_id`` (as ``stack``'s calibration family runs it) from the catalog
-    and the shipped calibration: what a profile's fitted value replaces."""
+    and the shipped calibration (or the fitted dict ``fitted``; {}: the catalog priors alone): what a
+    profile's fitted value replaces."""
     from windtunnel.cost.efficiency import profile_dict
     from windtunnel.specs.hardware import chip_names, load_chip
 
@@ -278,7 +279,7 @@ def prior_value(chip_id: str, name: str, stack: str | None = None) -> float:
     if name not in PARAMETERS:
         raise WindtunnelError(f"Parameter '{name}' is not fittable; valid: {', '.join(sorted(PARAMETERS))}.",
                               field="parameters")
-    return profile_value(profile_dict(load_chip(chip_id), family=_family(stack)), name)
+    return profile_value(profile_dict(load_chip(chip_id), fitted_override=fitted, family=_family(stack)), name)
 
 
 def overlay(fitted: dict, chip_id: str, values: dict[str, float], stack: str | None = None) -> dict:

@@ -1,0 +1,84 @@
+"""`calibrate training --out`, `--profile` on simulate/validate: JSON contracts, the shipped calibration untouched."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from conftest import assert_one_clear_error
+from profile_synth import SHAPES, measured_rows, write_csv
+from windtunnel.specs.yamlio import catalog_dir
+
+SIMULATE = ["train", "simulate", "--model", "llama3-8b", "--hardware", "h100-sxm", "--devices", "16", "--seq-len", "4096",
+            "--global-batch", "64", "--plan", "tp=2,pp=1", "--json"]
+
+
+def _digest() -> str:
+    return hashlib.sha256(catalog_dir("calibration.yaml").read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module", name="fit")
+def fit_fixture(tmp_path_factory):
+    """A profile fitted by the CLI on five synthetic rows (hash of the shipped calibration before and after)."""
+    tmp = tmp_path_factory.mktemp("calibrate")
+    rows, _ = measured_rows(shapes=[SHAPES[i] for i in (0, 1, 4, 6, 7)])
+    csv_path = write_csv(rows, tmp / "runs.csv")
+    before = _digest()
+    from conftest import run_cli
+
+    proc = run_cli("calibrate", "training", str(csv_path), "--out", str(tmp / "p.yaml"), "--json", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout), tmp / "p.yaml", csv_path, before
+
+
+def test_calibrate_json_contract_and_the_shipped_calibration_is_unchanged(fit):
+    document, path, _, before = fit
+    assert _digest() == before
+    assert path.exists()
+    assert set(document) >= {"parameters", "loo_median_abs_error", "rows_used", "chip", "stack", "profile"}
+    assert document["rows_used"] == ["S1", "S2", "S3", "S4", "S5"]
+    assert 0 <= document["loo_median_abs_error"] < 0.1
+    for p in document["parameters"]:
+        assert set(p) >= {"name", "value", "prior", "bounds", "identified"}
+        assert p["bounds"][0] <= p["value"] <= p["bounds"][1]
+    assert any(p["identified"] for p in document["parameters"])
+    assert any(not p["identified"] for p in document["parameters"])
+
+
+def test_simulate_with_profile_changes_the_result_and_lists_it(cli, fit):
+    _, path, _, _ = fit
+    plain = json.loads(cli(*SIMULATE).stdout)
+    proc = cli(*SIMULATE, "--profile", str(path))
+    assert proc.returncode == 0, proc.stderr
+    profiled = json.loads(proc.stdout)
+    assert profiled["step_time_s"] != pytest.approx(plain["step_time_s"], rel=1e-3)
+    lines = [a for a in profiled["assumptions"] if a.startswith("profile")]
+    assert len(lines) == 1 and str(path) in lines[0] and "chip h100-sxm" in lines[0] and "gemm.bf16" in lines[0]
+    assert not any(a.startswith("profile") for a in plain["assumptions"])
+
+
+def test_profile_of_another_chip_is_one_clear_error(cli, fit):
+    _, path, _, _ = fit
+    args = [a if a != "h100-sxm" else "a100-80g" for a in SIMULATE]
+    assert_one_clear_error(cli(*args, "--profile", str(path)), "chip 'h100-sxm'", "'a100-80g'")
+
+
+def test_validate_with_profile_reports_before_and_after(cli, fit):
+    _, path, csv_path, _ = fit
+    proc = cli("validate", "training", str(csv_path), "--profile", str(path), "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert {"median_abs_error_before", "median_abs_error_after", "summary", "summary_before", "rows"} <= set(doc)
+    assert doc["n_held_out"] == 0  # every row was fitted on
+    row = doc["rows"][0]
+    assert {"error_before", "error", "predicted_before", "predicted", "profile", "held_out"} <= set(row)
+    assert doc["summary"]["calibration_median_abs_error"] < doc["summary_before"]["calibration_median_abs_error"]
+
+
+def test_calibrate_needs_out_and_a_chip(cli, tmp_path):
+    assert_one_clear_error(cli("calibrate", "training", "validation/training_runs_2.csv"), "--out")
+    proc = cli("calibrate", "training", "validation/training_runs_2.csv", "--out", str(tmp_path / "x.yaml"))
+    assert_one_clear_error(proc, "span chips", "--hardware")
+    assert not (tmp_path / "x.yaml").exists()
