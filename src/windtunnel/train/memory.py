@@ -195,7 +195,26 @@ def layer_saved_bytes(builder, kind: str, mode: str) -> float:
     if (kind in LAYER_MODULES and mode.startswith("selective")
             and builder.stack.memory.selective_policy == "op"):
         return op_checkpoint_saved_bytes(graph, builder.job.model, builder.plan.cp, builder.plan.tp)
-    return saved_activation_bytes(graph, mode)
+    return saved_activation_bytes(graph, mode) - shared_input_bytes(graph, mode)
+
+
+def shared_input_bytes(graph, mode: str) -> float:
+    """Bytes the operator graph counts twice: 16-bit GEMMs that read the same tensor (the same
+    producer) each list it as their saved input, but autograd keeps one tensor however many nodes
+    save it (MLA's q and kv down-projections both read the normed hidden state; an MoE layer's router
+    and shared experts both read the normed MoE input; DeepSeek-V3 report Fig. 2, Megatron-Core
+    multi_latent_attention.py and moe_layer.py). FP8 GEMMs quantize their input each for itself
+    (Transformer Engine saves each Linear's own FP8 copy), so those copies are distinct."""
+    from windtunnel.train.layers import recompute_selection
+
+    if mode == "full" or not graph.ops:
+        return 0.0
+    dropped = recompute_selection(graph, mode)[1] if mode.startswith("selective") else set()
+    readers: dict[tuple[int, ...], list[float]] = {}
+    for index, op in enumerate(graph.ops):
+        if op.kind == "gemm" and op.precision != "fp8" and op.saved_bytes > 0 and index not in dropped and op.deps:
+            readers.setdefault(op.deps, []).append(op.saved_bytes)
+    return sum(sum(saved) - max(saved) for saved in readers.values() if len(saved) > 1)
 
 
 def _layer_transient(builder, kind: str, mode: str) -> float:
@@ -218,6 +237,34 @@ def _loss_transient(builder) -> float:
     if builder.plan.tp > 1 and memory.tp_loss_workspace_bytes_per_logit is not None:
         per_logit = memory.tp_loss_workspace_bytes_per_logit
     return per_logit * logits
+
+
+def interleaved_peak(chunk_bytes: list[float], pp: int, rank: int, micro_batches: int, *, extra: int = 0) -> float:
+    """Peak activation bytes one rank holds under Megatron's interleaved 1F1B schedule, its model
+    chunks holding ``chunk_bytes`` per micro-batch. Megatron-Core schedules.py
+    (forward_backward_pipelining_with_interleaving): forwards run in the order of get_schedule_table,
+    groups of ``microbatch_group_size_per_vp_stage`` (default: the pipeline size) micro-batches on
+    chunk 0, then chunk 1, ...; backwards in the same order with the chunks reversed; the rank runs
+    (pp - rank - 1) * 2 + (vpp - 1) * group warm-up forwards, then alternates one forward and one
+    backward. ``extra`` warm-up forwards: the EP-overlap schedule runs one more."""
+    vpp = len(chunk_bytes)
+    table = [chunk for start in range(0, micro_batches, pp) for chunk in range(vpp)
+             for _ in range(start, min(start + pp, micro_batches))]
+    total = len(table)
+    warmup = min(total, (pp - rank - 1) * 2 + (vpp - 1) * pp + extra)
+    held = peak = 0.0
+    forwards = 0
+    for _ in range(warmup):
+        held += chunk_bytes[table[forwards]]
+        forwards += 1
+        peak = max(peak, held)
+    for backwards in range(total):
+        if forwards < total:
+            held += chunk_bytes[table[forwards]]
+            forwards += 1
+            peak = max(peak, held)
+        held -= chunk_bytes[vpp - 1 - table[backwards]]
+    return peak
 
 
 def step_memory(builder, chunks: dict) -> StepMemory:
@@ -247,6 +294,12 @@ def step_memory(builder, chunks: dict) -> StepMemory:
         in_flight = in_flight_micro_batches(builder.schedule, plan.pp, plan.vpp, rank, builder.micro_batches,
                                             ep_overlap=plan.ep_overlap)
         activations = per_chunk * in_flight
+        if builder.schedule == "interleaved" and plan.vpp > 1 and len(mine) == plan.vpp:
+            # Chunks differ (the first holds the embedding, the last the loss; uneven layer counts):
+            # count what each holds at the rank's peak in the schedule's own order.
+            held = [c.activation_bytes for c in sorted(mine, key=lambda c: c.chunk)]
+            activations = interleaved_peak(held, plan.pp, rank, builder.micro_batches,
+                                           extra=1 if plan.ep_overlap else 0)
         host_bytes = max(host_bytes, sum(c.offloaded_bytes for c in mine) / len(mine) * in_flight)
         # The largest transient of the step: they happen at different times (the loss's backward
         # first, then each layer's), so only the largest adds to the saved activations.
