@@ -1,0 +1,181 @@
+"""Fit per-kind efficiencies from a profiler trace against the operator graph of the same step.
+
+The user describes the traced job as for ``train simulate`` (model, hardware, devices, sequence length,
+global batch, plan, stack). The simulator's step builder gives the operators one pipeline rank runs in a
+step (every layer of its chunks, forward and backward with recomputation, times the micro-batches), each
+costed by :func:`windtunnel.cost.compute.compute_op_time` at the catalog's efficiencies. Per kind
+(GEMM, attention forward, attention backward, memory-bound) the fitted parameter is the value at which the
+model's summed kernel time of that kind equals the trace's (a one-dimensional root, as the prior scaled by
+the measured/model ratio would be for purely compute-bound kernels), clipped to the parameter's physical
+bounds. One measured total per kind fixes one parameter exactly, so there is no held-out error; the
+per-kind residuals at the priors are reported instead. The optimizer step, collectives, copies and
+unclassified kernels are reported but not fitted; nor are host launch gaps (the device's idle time inside
+the step is reported beside the model's host overhead).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from dataclasses import dataclass, field
+
+from windtunnel.cost.compute import compute_op_time
+from windtunnel.cost.efficiency import Efficiency
+from windtunnel.graph.ops import Op
+from windtunnel.profile import PARAMETERS, FittedParameter, prior_value
+from windtunnel.profiling.kernel_kinds import FITTED_KINDS
+from windtunnel.profiling.kineto import TraceSummary
+from windtunnel.specs.errors import WindtunnelError
+from windtunnel.train.step import TrainingJob, _StepBuilder
+
+# A measured/model ratio outside this range means the trace and the job described are not the same step
+# (another micro-batch count, sequence length or parallel plan) more likely than a slow kernel.
+PLAUSIBLE_RATIO = (1.0 / 3.0, 3.0)
+
+
+@dataclass
+class TraceFit:
+    """Fitted per-kind parameters with the per-kind times behind them (seconds per step)."""
+
+    chip: str
+    stack: str
+    parameters: list[FittedParameter]
+    per_kind: dict[str, dict]
+    rows_used: int
+    idle_per_step_s: float
+    warnings: list[str] = field(default_factory=list)
+
+    def fit_stats(self) -> dict:
+        return {"rows_used": self.rows_used, "loo_median_abs_error": None,
+                "loo_reason": "one measured total per kernel kind fixes one parameter exactly: nothing is held out; "
+                              "per_kind gives each kind's residual at the priors",
+                "per_kind": self.per_kind, "device_idle_per_step_s": self.idle_per_step_s,
+                "warnings": self.warnings}
+
+
+def step_ops(job: TrainingJob, rank: int = 0) -> tuple[_StepBuilder, list[tuple[Op, int]]]:
+    """The compute operators pipeline rank ``rank`` runs in one step of ``job``, each with how many times it runs."""
+    builder = _StepBuilder(job)
+    if not 0 <= rank < builder.plan.pp:
+        raise WindtunnelError(f"Field 'rank' is {rank}, but the plan has {builder.plan.pp} pipeline rank(s); valid: "
+                              f"0..{builder.plan.pp - 1}.", field="rank")
+    counts: Counter[int] = Counter()
+    ops: dict[int, Op] = {}
+    for chunk in builder.chunks().values():
+        if chunk.rank != rank:
+            continue
+        for kind, mode in zip(chunk.layers, chunk.modes, strict=True):
+            graphs = [builder.forward_graphs[kind], *builder.backward_graphs(kind, mode)]
+            for graph in graphs:
+                for op in graph.ops:
+                    if not op.is_comm:
+                        ops[id(op)] = op
+                        counts[id(op)] += builder.micro_batches
+    return builder, [(ops[key], counts[key]) for key in sorted(ops, key=lambda k: ops[k].name)]
+
+
+def op_kind(op: Op) -> str:
+    """The trace kind an operator's kernel is classified as."""
+    if op.kind == "attention":
+        return "attention.bwd" if op.phase == "bwd" else "attention.fwd"
+    return op.kind
+
+
+def kind_seconds(ops: list[tuple[Op, int]], builder: _StepBuilder, eff: Efficiency) -> dict[str, float]:
+    """Model seconds per kind for one step at efficiency ``eff``."""
+    out: dict[str, float] = {}
+    chip, precision = builder.chip, builder.plan.precision
+    for op, count in ops:
+        kind = op_kind(op)
+        out[kind] = out.get(kind, 0.0) + count * compute_op_time(op, chip, eff, precision)
+    return out
+
+
+def _parameter_for(kind: str, builder: _StepBuilder) -> str | None:
+    if kind == "gemm":
+        return f"gemm.{builder.plan.precision}"
+    if kind == "memory":
+        return "memory.bandwidth_efficiency"
+    kernel = builder.shard.attention_kernel
+    name = f"attention.{kernel}.{kind.split('.')[1]}"
+    return name if builder.flash_attention and name in PARAMETERS else None
+
+
+def with_value(eff: Efficiency, name: str, value: float) -> Efficiency:
+    """``eff`` with parameter ``name`` set to ``value``."""
+    if name.startswith("gemm."):
+        return dataclasses.replace(eff, gemm_max={**eff.gemm_max, name.split(".")[1]: value})
+    if name == "memory.bandwidth_efficiency":
+        return dataclasses.replace(eff, memory_bandwidth=value)
+    _, kernel, phase = name.split(".")
+    named = {k: (f, b) for k, f, b in eff.attention_kernels}
+    if kernel in named:
+        fwd, bwd = named[kernel]
+        named[kernel] = (value, bwd) if phase == "fwd" else (fwd, value)
+        return dataclasses.replace(eff, attention_kernels=tuple(sorted((k, f, b) for k, (f, b) in named.items())))
+    return dataclasses.replace(eff, **{"attention_fwd" if phase == "fwd" else "attention_bwd": value})
+
+
+def _solve(target: float, model, lo: float, hi: float) -> tuple[float, bool]:
+    """The value in [lo, hi] at which the decreasing ``model(value)`` equals ``target``; (value, at a bound)."""
+    from scipy.optimize import brentq
+
+    if model(lo) <= target:
+        return lo, True
+    if model(hi) >= target:
+        return hi, True
+    return float(brentq(lambda v: model(v) - target, lo, hi, xtol=1e-6)), False
+
+
+def fit_trace(summary: TraceSummary, job: TrainingJob, rank: int = 0) -> TraceFit:
+    """Fit GEMM, attention and memory-bound efficiency of ``job``'s chip to the kernels of ``summary``."""
+    builder, ops = step_ops(job, rank)
+    chip, stack = builder.chip.id, builder.stack.id
+    base = builder.eff
+    prior_times = kind_seconds(ops, builder, base)
+    parameters, per_kind, warnings = [], {}, []
+    used = 0
+    source = f"calibrate trace: {summary.path} ({summary.steps} step(s), device {summary.device}, pipeline rank {rank})"
+    for kind in FITTED_KINDS:
+        measured = summary.per_step(kind)
+        model_prior = prior_times.get(kind, 0.0)
+        name = _parameter_for(kind, builder)
+        kernels = summary.kinds[kind].count if kind in summary.kinds else 0
+        row = {"measured_s": measured, "model_prior_s": model_prior, "kernels": kernels,
+               "residual_at_prior": (model_prior / measured - 1.0) if measured > 0 else None}
+        per_kind[kind] = row
+        if name is None:
+            row["note"] = "no fittable parameter for this kind in this job (unfused attention or an unlisted kernel)"
+            continue
+        prior = prior_value(chip, name, stack)
+        lo, hi = PARAMETERS[name].bounds
+        if measured <= 0 or model_prior <= 0:
+            why = "the trace has no such kernels" if measured <= 0 else "the model runs no such operators"
+            parameters.append(FittedParameter(name=name, value=prior, prior=prior, bounds=(lo, hi), identified=False,
+                                              source=f"prior ({why})"))
+            row["note"] = why
+            continue
+
+        def model(value: float, name: str = name, kind: str = kind, base: Efficiency = base) -> float:
+            return kind_seconds(ops, builder, with_value(base, name, value)).get(kind, 0.0)
+
+        value, at_bound = _solve(measured, model, lo, hi)
+        base = with_value(base, name, value)
+        ratio = measured / model_prior
+        if not PLAUSIBLE_RATIO[0] <= ratio <= PLAUSIBLE_RATIO[1]:
+            warnings.append(f"{kind}: measured {measured * 1e3:.2f} ms per step vs {model_prior * 1e3:.2f} ms modelled "
+                            f"(x{ratio:.2f}); check that the job (micro-batches, seq_len, plan) is the traced step")
+        if at_bound:
+            warnings.append(f"{name}: the fit reaches its physical bound {value:g}; the model cannot match the "
+                            "trace with this parameter alone")
+        row["model_fitted_s"] = model(value)
+        used += kernels
+        parameters.append(FittedParameter(name=name, value=round(value, 4), prior=prior, bounds=(lo, hi),
+                                          identified=True, stderr=None, source=source))
+    for kind in sorted(set(summary.kinds) - set(FITTED_KINDS)):
+        per_kind[kind] = {"measured_s": summary.per_step(kind), "kernels": summary.kinds[kind].count,
+                          "note": "reported, not fitted"}
+    if "other" in summary.kinds:
+        top = sorted(summary.kinds["other"].names.items(), key=lambda kv: -kv[1])[:5]
+        per_kind["other"]["top_names"] = [name for name, _ in top]
+    return TraceFit(chip, stack, parameters, per_kind, used, summary.idle_per_step_s, warnings)
