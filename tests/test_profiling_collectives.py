@@ -67,6 +67,15 @@ def test_ambiguous_collective_is_one_clear_error(tmp_path):
     assert log.collective == "all_gather"
 
 
+def test_one_file_with_several_runs_gives_one_log_per_run(tmp_path):
+    hidden = {"comm.scale_up_efficiency": 0.8}
+    text = "# nccl-tests version 2.17.9 nccl-headers=22903 nccl-library=22903\n" + "".join(
+        nccl_log(c, 8, 8, H100, model_times("dgx-h100", c, 8, hidden)) for c in ("all_reduce", "all_gather"))
+    logs = parse_nccl_tests(text, tmp_path / "sweep.log")
+    assert [log.collective for log in logs] == ["all_reduce", "all_gather"]
+    assert [len(log.rows) for log in logs] == [32, 32]
+
+
 def test_mislabelled_collective_is_caught_by_the_bus_factor(tmp_path):
     times = model_times("dgx-h100", "all_reduce", 8, {"comm.scale_up_efficiency": 0.8})
     text = nccl_log("all_reduce", 8, 8, H100, times)
@@ -180,3 +189,15 @@ def test_one_rank_and_bad_domains_are_clear_errors(tmp_path):
         fit_collectives([log], "dgx-h100", domain_ranks=3)
     with pytest.raises(WindtunnelError, match="holds 8"):
         fit_collectives([log], "h100-sxm", domain_ranks=16)
+
+
+def test_hccl_np_flag_and_the_guides_avg_time_spelling(tmp_path):
+    text = ("mpirun --allow-run-as-root --oversubscribe -np 16 ${ASCEND_HOME_PATH}/tools/hccl_test/bin/all_reduce_test "
+            "-b 2097152 -e 2097152 -d fp32 -o sum -w 0 -n 1 -c 1 -p 8\n"
+            "data_size(Bytes): avg_time(us): alg_bandwidth(GB/s): check_result:\n"
+            "2097152           1000.00        2.09715              success\n")
+    path = tmp_path / "run.log"
+    path.write_text(text)
+    (log,) = read_bench_logs([path])
+    assert (log.collective, log.ranks, log.ranks_per_host, log.hosts) == ("all_reduce", 16, 8, 2)
+    assert log.rows[0].algbw == pytest.approx(2.09715e9) and log.rows[0].time_s == pytest.approx(1e-3)

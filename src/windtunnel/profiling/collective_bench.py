@@ -19,8 +19,9 @@ busbw/algbw = 2(n-1)/n.
 **hccl-tests** (the HCCL Performance Tester, CANN "HCCL Performance Tester" guide, hiascend.com,
 HCCLpertest_16_0005 "Parameters" and HCCLpertest_16_0006 "Result Description"): launched as
 ``mpirun -n <total NPUs> ./bin/<collective>_test -p <NPUs per node> -b ... -e ... -f ...``; it prints a
-table with the columns ``data_size`` (bytes per NPU), ``aveg_time`` (us), ``alg_bandwidth`` (GB/s, data
-size / time) and ``check_result`` (success / failed / NULL), separated by spaces or ``|``. It prints
+table ``data_size(Bytes): | aveg_time(us): | alg_bandwidth(GB/s): | check_result:`` (bytes per NPU; us;
+GB/s = data size / time; success / failed / NULL; the guide spells the time column ``avg_time``, the binary
+``aveg_time``: both are read), separated by ``|`` or spaces. It prints
 neither the rank count nor the collective, so they come from the echoed ``mpirun`` line in the log, the
 file name (``all_reduce_test``...) or the caller. We read ``data_size`` as nccl-tests' ``size`` and derive
 the bus bandwidth with nccl-tests' factors.
@@ -47,6 +48,7 @@ _BINARIES = {"all_reduce": "all_reduce", "allreduce": "all_reduce", "all_gather"
 _BINARY_RE = re.compile(r"(all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|send_?recv)_(?:perf|test)", re.I)
 _RANK_RE = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)\s+"
                       r"\[([^\]]*)\]\s*(.*)$")
+_HEADERS = ("# nccl-tests version", "# Collective test starting", "# nThread")
 _AVG_RE = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)")
 _MPIRUN_N_RE = re.compile(r"\bmpirun\b.*?\s-(?:n|np)\s+(\d+)")
 _NPUS_RE = re.compile(r"_test\b.*?\s-p\s+(\d+)")
@@ -144,14 +146,20 @@ def _is_number(token: str) -> bool:
 
 def parse_nccl_tests(text: str, path: Path, collective: str | None = None) -> list[BenchLog]:
     """Every run (``# nThread`` section) of an nccl-tests log."""
-    sections: list[list[tuple[int, str]]] = []
+    # A file may hold several runs: each starts at its header lines ("# nccl-tests version", "# Collective test
+    # starting: <binary>", "# nThread ..."), once the previous run has printed rank lines or rows.
+    sections: list[list[tuple[int, str]]] = [[]]
+    body = False
     for number, raw in enumerate(text.splitlines(), start=1):
-        if raw.startswith("# nThread") or not sections:
+        if raw.startswith(_HEADERS) and body:
             sections.append([])
+            body = False
+        body = body or bool(_RANK_RE.match(raw.strip())) or raw.strip()[:1].isdigit()
         sections[-1].append((number, raw.rstrip()))
     logs = []
-    name = _collective_from(text, path, collective)
+    whole = _collective_from(text, path, collective) if len(sections) == 1 else None
     for lines in sections:
+        name = whole or _collective_from("\n".join(line for _, line in lines), path, collective)
         ranks: dict[int, tuple[str, str]] = {}
         rows: list[BenchRow] = []
         avg = None
@@ -254,7 +262,7 @@ def parse_hccl_tests(text: str, path: Path, collective: str | None = None, ranks
     in_table = False
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.replace("|", " ").strip()
-        if "data_size" in line and "aveg_time" in line:
+        if "data_size" in line and ("aveg_time" in line or "avg_time" in line):
             in_table = True
             continue
         tokens = line.split()
@@ -280,7 +288,7 @@ def read_bench_logs(paths: list[Path], collective: str | None = None, ranks: int
     logs = []
     for path in paths:
         text = read_text(Path(path))
-        if "data_size" in text and "aveg_time" in text:
+        if "data_size" in text and ("aveg_time" in text or "avg_time" in text):
             logs += parse_hccl_tests(text, Path(path), collective, ranks, ranks_per_host)
         elif "busbw" in text:
             logs += parse_nccl_tests(text, Path(path), collective)

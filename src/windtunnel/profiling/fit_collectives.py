@@ -247,4 +247,8 @@ def _summary(case: _Case, eff: Efficiency) -> dict:
         "smallest_time_us": round(rows[0].time_s * 1e6, 3) if rows else None,
         "smallest_time_model_us": round(predict_time(case, rows[0].size_bytes, eff) * 1e6, 3) if rows else None,
         "avg_busbw_GBps_reported": None if log.avg_busbw is None else round(log.avg_busbw / 1e9, 3),
+        # The bus-bandwidth curve: [size bytes, measured GB/s, fitted model GB/s] per row.
+        "busbw_curve": [[row.size_bytes, round(row.busbw / 1e9, 3),
+                         round(row.size_bytes * factor / predict_time(case, row.size_bytes, eff) / 1e9, 3)]
+                        for row in rows],
     }
