@@ -82,3 +82,20 @@ def test_calibrate_needs_out_and_a_chip(cli, tmp_path):
     proc = cli("calibrate", "training", "validation/training_runs_2.csv", "--out", str(tmp_path / "x.yaml"))
     assert_one_clear_error(proc, "span chips", "--hardware")
     assert not (tmp_path / "x.yaml").exists()
+
+
+def test_profile_reaches_serving_goodput_and_the_api(fit):
+    from windtunnel.api import failure_aware_goodput, simulate_training
+    from windtunnel.infer.api import simulate_serving
+
+    _, path, _, _ = fit
+    serving = dict(model="llama3-8b", hardware="h100-sxm", deployment="mixed:tp=1,replicas=1",
+                   traffic="poisson:rate=2,input=512,output=128,requests=60")
+    plain, profiled = simulate_serving(**serving), simulate_serving(**serving, profile=path)
+    assert profiled.tpot_s["mean"] != pytest.approx(plain.tpot_s["mean"], rel=1e-4)
+    assert any(str(path) in a for a in profiled.assumptions) and not any("profile" in a for a in plain.assumptions)
+    job = dict(seq_len=4096, global_batch=256, plans=["tp=2"])
+    (base,), (mine,) = (failure_aware_goodput("llama3-8b", "h100-sxm", 64, **job, profile=p) for p in (None, path))
+    assert mine["tokens_per_s"] != pytest.approx(base["tokens_per_s"], rel=1e-3) and "profile" in mine
+    api = simulate_training("llama3-8b", "h100-sxm", 16, seq_len=4096, global_batch=64, plan="tp=2", profile=path)
+    assert any(a.startswith(f"profile '{path}'") for a in api.assumptions)

@@ -139,6 +139,8 @@ def failure_aware_goodput(
                                   profile=profile)
         row = {"plan": plan_text, "feasible": train.feasible, "step_time_s": train.step_time_s,
                "tokens_per_s": train.tokens_per_s, "checkpoint_bytes": ckpt_bytes}
+        if profile is not None:
+            row["profile"] = next(a for a in train.assumptions if a.startswith("profile"))
         if not train.feasible:
             row.update(goodput_tokens_per_s=None, infeasible_reason=train.infeasible_reason)
             rows.append(row)

@@ -181,7 +181,7 @@ def train_search(
     cluster.chip.peak(precision)
     from windtunnel.profile import apply_profile
 
-    fitted, _ = apply_profile(profile, cluster.chip.id, framework)
+    fitted, profile_notes = apply_profile(profile, cluster.chip.id, framework)
     space = SearchSpace(spec, cluster, seq_len, global_batch, precision=precision, moe_imbalance=moe_imbalance,
                         choices=_parse_pins(pin), flash_attention=_flag(no_flash), fused_loss=_flag(unfused_loss),
                         cuda_graphs=cuda_graphs, grads=grads, moments=moments, dispatcher=dispatcher,
@@ -206,6 +206,8 @@ def train_search(
         raise typer.Exit(130) from None
     finally:
         runner.close()
+    if profile_notes:
+        document["profile"] = profile_notes[0]
     if out is not None:
         write_table(document, out)
     if report is not None:

@@ -347,6 +347,8 @@ def goodput_cmd(
     policy: str = POLICY,
     storage_bandwidth: float = typer.Option(2.0e12, help="Checkpoint storage bandwidth (bytes/s)."),
     method: str = typer.Option("markov", help="markov or simulate."),
+    profile: Path | None = typer.Option(None, help="Calibration profile of the chip for the step times (from "
+                                        "`windtunnel calibrate ... --out`; not a fault profile, see --faults)."),
     as_json: bool = AS_JSON,
 ) -> None:
     """Failure-aware goodput: tokens/s from Sim2Train times ETTR from Sim2Availability, for each plan."""
@@ -354,7 +356,7 @@ def goodput_cmd(
 
     rows = failure_aware_goodput(model, hardware, devices, seq_len=seq_len, global_batch=global_batch, plans=plan,
                                  faults=faults, policy=policy, storage_bandwidth_bytes_per_s=storage_bandwidth,
-                                 method=method)
+                                 method=method, profile=profile)
     if as_json:
         _emit_json({"rows": rows})
         return

@@ -72,6 +72,9 @@ def print_result(result) -> None:
                   f"{d['preemptions']:,}, KV cache peak {d['kv_cache']['peak_fraction']:.1%} / mean "
                   f"{d['kv_cache']['mean_fraction']:.1%}, makespan {d['makespan_s']:,.1f} s, simulated in "
                   f"{d['wall_s']:.2f} s wall")
+    from windtunnel.infer.metrics import load_text
+
+    console.print(load_text(d["load"]))
     series = d["series"]
     if series["t_s"]:
         peak_q = max(series["queue"])
@@ -93,12 +96,14 @@ def simulate_cmd(
     slo: str = SLO_OPT,
     seed: int = SEED,
     router: str | None = typer.Option(None, help="round_robin, least_tokens or kv_aware (overrides the deployment's)."),
+    profile: Path | None = typer.Option(None, help="Calibration profile of a chip of the deployment (from `windtunnel "
+                                        "calibrate ... --out`): its efficiencies replace the catalog's on that chip."),
     as_json: bool = AS_JSON,
 ) -> None:
     """Simulate serving TRAFFIC on a DEPLOYMENT of MODEL on HARDWARE: latency percentiles, throughput, goodput."""
     from windtunnel.infer.api import simulate_serving
 
-    result = simulate_serving(model, hardware, deployment, traffic, slo=slo, seed=seed, router=router)
+    result = simulate_serving(model, hardware, deployment, traffic, slo=slo, seed=seed, router=router, profile=profile)
     if as_json:
         _emit_json(result.to_json_dict())
     else:

@@ -68,6 +68,7 @@ def simulate_serving(
     seed: int = 0,
     router: str | None = None,
     controller=None,
+    profile: str | Path | None = None,
 ) -> ServingResult:
     """Simulate serving ``traffic`` on ``deployment`` of ``model`` on ``hardware``.
 
@@ -75,7 +76,10 @@ def simulate_serving(
     cluster YAML (instances may override their chip). deployment: string (``mixed:tp=8,replicas=2`` or
     ``prefill:ep=32,replicas=2;decode:ep=128``), YAML path, mapping or Deployment. traffic: string
     (``poisson:...``, ``gamma:...``, ``trace:path.csv``, ``closed:...``), YAML path, mapping or Workload.
-    slo: ``ttft=2s,tpot=100ms``. Same inputs and seed give the same result.
+    slo: ``ttft=2s,tpot=100ms``. Same inputs and seed give the same result. profile: a calibration profile
+    (``windtunnel calibrate ... --out``) of a chip of the deployment: its GEMM, attention, memory, collective
+    and host efficiencies replace the catalog's on that chip's instances (and its memory bandwidth share and
+    fp8 GEMM efficiency the serving calibration's), listed in the assumptions.
     """
     wall = time.perf_counter()
     spec = _model(model)
@@ -90,13 +94,41 @@ def simulate_serving(
     plans = resolve_deployment(spec, hw, dep)
     devices = sum(p.total_devices for p in plans)
     transfer_cluster = load_hardware(hw, devices) if dep.disaggregated else None
-    sim = Simulator(spec, plans, workload, dep.router, transfer_cluster=transfer_cluster, controller=controller)
+    fitted, efficiencies, notes = serving_profile(profile, plans)
+    sim = Simulator(spec, plans, workload, dep.router, transfer_cluster=transfer_cluster, controller=controller,
+                    fitted=fitted, efficiencies=efficiencies)
     out = sim.run()
     result = summarise(out, model=spec.id, hardware=hw, deployment=dep.text(), traffic=workload.summary(),
                        slo=slo_spec, seed=seed, devices=devices, pools=[pool_summary(p) for p in plans],
-                       class_names=workload.class_names, assumptions=assumptions_for(spec, plans, workload, dep))
+                       class_names=workload.class_names,
+                       assumptions=assumptions_for(spec, plans, workload, dep) + notes)
     result.wall_s = time.perf_counter() - wall
     return result
+
+
+def serving_profile(profile: str | Path | None, plans: list[InstancePlan]) -> tuple[dict | None, dict | None, list[str]]:
+    """(serving fitted dict, chip id -> Efficiency, assumption lines) of a calibration profile for these
+    pools; (None, None, []) without one. The profile must be of a chip some pool runs on."""
+    if profile is None:
+        return None, None, []
+    import copy
+
+    from windtunnel.cost.efficiency import efficiency_for
+    from windtunnel.infer.deployment import serving_defaults
+    from windtunnel.profile import apply_profile, load_profile, profile_assumption
+
+    loaded = load_profile(profile)
+    chips = {plan.chip.id: plan.chip for plan in plans}
+    chip = chips.get(loaded.chip)
+    overlay, _ = apply_profile(loaded, chip.id if chip else next(iter(chips)), None)
+    notes = [profile_assumption(loaded, profile)]
+    values = loaded.identified()
+    fitted = copy.deepcopy(serving_defaults().get("fitted") or {})
+    own = fitted.setdefault("chips", {}).setdefault(loaded.chip, {})
+    for name, key in (("memory.bandwidth_efficiency", "memory_bandwidth"), ("gemm.fp8", "gemm_fp8")):
+        if name in values:
+            own[key] = values[name]
+    return fitted, {loaded.chip: efficiency_for(chip, overlay)}, notes
 
 
 def run_raw(model: ModelSpec, hardware: str, deployment: Deployment, workload: Workload):

@@ -459,7 +459,7 @@ class Simulator:
 
     def __init__(self, model: ModelSpec, plans: list[InstancePlan], workload: Workload, router: str,
                  *, transfer_cluster=None, controller=None, fitted: dict | None = None,
-                 system: str | None = None) -> None:
+                 system: str | None = None, efficiencies: dict | None = None) -> None:
         self.model = model
         self.workload = workload
         n = workload.size
@@ -487,7 +487,9 @@ class Simulator:
         self.instances: list[Instance] = []
         self.costs: dict[int, IterationModel] = {}
         for plan in plans:
-            cost = IterationModel(model, plan, fitted=fitted, system=system)
+            # efficiencies: chip id -> Efficiency from a calibration profile (None: the catalog's).
+            cost = IterationModel(model, plan, fitted=fitted, system=system,
+                                  efficiency=(efficiencies or {}).get(plan.chip.id))
             for _ in range(plan.replicas):
                 self.instances.append(Instance(len(self.instances), plan, cost, self))
         self.router_kind = router
