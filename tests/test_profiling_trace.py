@@ -157,3 +157,21 @@ def test_several_devices_need_device(tmp_path):
 def test_pipeline_rank_out_of_range_is_an_error():
     with pytest.raises(WindtunnelError, match="rank"):
         fit_trace(read_trace(TRACE), llama_job(), rank=3)
+
+
+def test_ascend_style_trace_reads_device_tasks_by_process_name(tmp_path):
+    # torch_npu's profiler: device tasks under processes named "Ascend Hardware" / "HCCL", CANN op names.
+    events = [{"ph": "M", "name": "process_name", "pid": 7, "args": {"name": "Ascend Hardware"}},
+              {"ph": "M", "name": "process_name", "pid": 8, "args": {"name": "HCCL"}},
+              {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 900}]
+    for i, (pid, name, dur) in enumerate([(7, "MatMulV2", 300.0), (7, "BatchMatMulV2", 100.0),
+                                          (7, "FlashAttentionScore", 80.0), (7, "FlashAttentionScoreGrad", 160.0),
+                                          (7, "RmsNorm", 20.0), (8, "hcom_allReduce__425_0_1", 50.0)]):
+        events.append({"ph": "X", "name": name, "pid": pid, "tid": 3, "ts": 10.0 + 100 * i, "dur": dur, "args": {}})
+    path = tmp_path / "trace_view.json"
+    path.write_text(json.dumps(events))  # a bare event list is accepted too
+    summary = read_trace(path)
+    assert summary.device == "npu"
+    assert summary.per_step("gemm") == pytest.approx(400e-6)
+    assert summary.kinds["attention.bwd"].count == 1 and summary.kinds["memory"].count == 1
+    assert summary.kinds["comm.all_reduce"].count == 1

@@ -111,7 +111,8 @@ def read_trace(path: str | Path, device: str | None = None, steps: int | None = 
         elif cat in _LAUNCH_CATS and "correlation" in args:
             launches[args["correlation"]] = _number(event, "ts", path)
         elif cat in _DEVICE_CATS or event.get("pid") in device_pids:
-            where = str(args.get("device", event.get("pid")))
+            # One torch_npu trace is one rank: its "Ascend Hardware" and "HCCL" processes are one device.
+            where = "npu" if event.get("pid") in device_pids else str(args.get("device", event.get("pid")))
             kernels.append((name, cat, _number(event, "ts", path), _number(event, "dur", path), where,
                             args.get("correlation")))
     devices = sorted({k[4] for k in kernels})

@@ -101,7 +101,10 @@ def _attention(torch, quick: bool, iters: int) -> list[dict]:
 
     lengths = (1024, 4096) if quick else (512, 1024, 2048, 4096, 8192)
     rows = []
-    for backend, kernel in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+    backends = [("flash", SDPBackend.FLASH_ATTENTION)]
+    if hasattr(SDPBackend, "CUDNN_ATTENTION"):  # cuDNN's fused attention backend, in newer torch builds
+        backends.append(("cudnn", SDPBackend.CUDNN_ATTENTION))
+    for backend, kernel in backends:
         for seq_len in lengths:
             batch, heads, head_dim = max(1, 16384 // seq_len), 16, 128
             q, k, v = (torch.randn(batch, heads, seq_len, head_dim, device="cuda", dtype=torch.bfloat16,
