@@ -99,3 +99,11 @@ def test_profile_reaches_serving_goodput_and_the_api(fit):
     assert mine["tokens_per_s"] != pytest.approx(base["tokens_per_s"], rel=1e-3) and "profile" in mine
     api = simulate_training("llama3-8b", "h100-sxm", 16, seq_len=4096, global_batch=64, plan="tp=2", profile=path)
     assert any(a.startswith(f"profile '{path}'") for a in api.assumptions)
+
+
+def test_calibrate_refuses_the_package_before_fitting(cli):
+    target = catalog_dir("calibration.yaml")
+    before = _digest()
+    proc = cli("calibrate", "training", "validation/training_runs_2.csv", "--hardware", "ascend-910b", "--out", str(target))
+    assert_one_clear_error(proc, "inside the installed windtunnel package")
+    assert _digest() == before

@@ -202,16 +202,21 @@ def load_profile(path: str | Path) -> Profile:
     return _check(profile, f"'{path}'")
 
 
+def check_writable(path: str | Path) -> None:
+    """A profile path inside the installed windtunnel package is refused (one clear error)."""
+    target = Path(path).resolve()
+    if target == package_dir() or package_dir() in target.parents:
+        raise WindtunnelError(f"Refusing to write profile '{path}' inside the installed windtunnel package "
+                              f"({package_dir()}): profiles are the user's files and never change the shipped "
+                              "calibration. Write it elsewhere, e.g. --out profiles/my-cluster.yaml.", field="out")
+
+
 def save_profile(profile: Profile, path: str | Path) -> None:
     """Write ``profile`` to ``path`` atomically. Where ``path`` already holds a profile of the same chip,
     merge into it: parameters replaced by name, inputs appended, fit statistics updated; a profile of
     another chip there is an error. A path inside the installed windtunnel package is refused."""
     path = Path(path)
-    target = path.resolve()
-    if target == package_dir() or package_dir() in target.parents:
-        raise WindtunnelError(f"Refusing to write profile '{path}' inside the installed windtunnel package "
-                              f"({package_dir()}): profiles are the user's files and never change the shipped "
-                              "calibration. Write it elsewhere, e.g. --out profiles/my-cluster.yaml.", field="out")
+    check_writable(path)
     _check(profile, f"for '{path}'")
     if path.exists():
         old = load_profile(path)
