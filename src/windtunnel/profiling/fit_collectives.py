@@ -33,11 +33,13 @@ _FIELDS = {"comm.scale_up_efficiency": "scale_up", "comm.scale_out_efficiency": 
 PRIOR_WEIGHT = 0.01  # weight of log(value/prior)^2 against one row's squared log-time residual
 # A parameter is identified when a 10% change of it moves some row's predicted time by >= 0.5%.
 SENSITIVITY = 0.05
-# Benchmark repeats scatter by about 1% (nccl-tests averages 20 iterations); the standard errors assume at
-# least this, and a parameter whose relative standard error exceeds MAX_RELATIVE_STDERR is reported
-# unidentified (the rows cannot tell it apart from another) and keeps its prior.
+# Benchmark repeats scatter by about 1% (nccl-tests averages 20 iterations). A parameter whose relative
+# standard error at that scatter exceeds MAX_RELATIVE_STDERR is reported unidentified (the rows cannot tell
+# it apart from another) and keeps its prior; reported standard errors use the residual scatter (at least 1%).
 NOISE_FLOOR = 0.01
 MAX_RELATIVE_STDERR = 0.05
+# A fit that misses its rows by more than this (rms of log time) describes another machine or placement.
+MAX_RMS_LOG_ERROR = 0.15
 
 
 @dataclass
@@ -51,9 +53,10 @@ class CollectiveFit:
     rms_log_error: float
     loo_median_abs_error: float | None
     logs: list[dict] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     def fit_stats(self) -> dict:
-        return {"rows_used": self.rows_used, "rms_log_error": round(self.rms_log_error, 5),
+        return {"rows_used": self.rows_used, "rms_log_error": round(self.rms_log_error, 5), "warnings": self.warnings,
                 "loo_median_abs_error": None if self.loo_median_abs_error is None
                 else round(self.loo_median_abs_error, 5),
                 "loo": "leave-one-message-size-out relative error of the predicted bus bandwidth", "logs": self.logs}
@@ -159,8 +162,10 @@ def fit_collectives(logs: list[BenchLog], hardware: str, domain_ranks: int | Non
     free = list(sensitive)
     while True:
         values, residuals, jac = _solve(cases, base, priors, free)
-        stderr = _stderrs(values, free, residuals, jac)
-        relative = {name: stderr.get(name, math.inf) / values[name] for name in free}
+        # Identifiability is a property of the design (which sizes, groups and tiers the rows cover): judged at
+        # the nominal scatter, so that a model that misfits real curves does not hide what the rows determine.
+        design = _stderrs(values, free, residuals, jac, variance=NOISE_FLOOR ** 2)
+        relative = {name: design.get(name, math.inf) / values[name] for name in free}
         worst = max(free, key=lambda name: relative[name], default=None)
         if worst is None or relative[worst] <= MAX_RELATIVE_STDERR:
             break
@@ -169,6 +174,7 @@ def fit_collectives(logs: list[BenchLog], hardware: str, domain_ranks: int | Non
     rows_used = len(residuals)
     loo = _leave_one_size_out(cases, base, priors, free) if with_loo and free else None
     source = "calibrate collectives: " + ", ".join(sorted({case.log.path for case in cases}))
+    stderr = _stderrs(values, free, residuals, jac)
     held = [name for name in sensitive if name not in free]
     if held:
         source += f" (with {', '.join(held)} held at the prior: the rows constrain only a combination)"
@@ -183,23 +189,30 @@ def fit_collectives(logs: list[BenchLog], hardware: str, domain_ranks: int | Non
                                   source=source if name in free else why(name))
                   for name in NAMES]
     eff = _eff_with(base, values)
-    return CollectiveFit(chip.id, cases[0].cluster.id, parameters, rows_used,
-                         float(np.sqrt(np.mean(residuals ** 2))) if rows_used else 0.0, loo,
-                         [_summary(case, eff) for case in cases])
+    warnings = [f"{name} reaches its physical bound {values[name]:g}: the rows may not run where the model places "
+                "them (each host one scale-up domain unless --domain-ranks says otherwise, e.g. NVL72 racks)"
+                for name in free if min(abs(values[name] / bound - 1.0) for bound in PARAMETERS[name].bounds) < 1e-3]
+    rms = float(np.sqrt(np.mean(residuals ** 2))) if rows_used else 0.0
+    if rms > MAX_RMS_LOG_ERROR:
+        warnings.append(f"the model misses the rows by {rms:.0%} (rms log error): check where the runs placed their "
+                        "ranks (--domain-ranks for scale-up domains spanning hosts), --collective and --hardware")
+    return CollectiveFit(chip.id, cases[0].cluster.id, parameters, rows_used, rms, loo,
+                         [_summary(case, eff) for case in cases], warnings)
 
 
 def _rounded(name: str, value: float) -> float:
     return round(value, 1) if name == "comm.half_message_bytes" else round(value, 4)
 
 
-def _stderrs(values: dict[str, float], free: list[str], residuals: np.ndarray, jac: np.ndarray) -> dict[str, float]:
-    """Standard errors from the Jacobian (log space, delta method); none when rows <= free parameters."""
+def _stderrs(values: dict[str, float], free: list[str], residuals: np.ndarray, jac: np.ndarray,
+             variance: float | None = None) -> dict[str, float]:
+    """Standard errors from the rows' own information (no prior term; log space, delta method) at the residual
+    variance, or at ``variance`` per row when given; none when rows <= free parameters."""
     dof = len(residuals) - len(free)
     if not free or dof <= 0:
         return {}
-    # The rows' own information (no prior term), with a floor of NOISE_FLOOR scatter per row: a noiseless
-    # table does not make two parameters it cannot tell apart precise.
-    variance = max(float(residuals @ residuals) / dof, NOISE_FLOOR ** 2)
+    if variance is None:
+        variance = max(float(residuals @ residuals) / dof, NOISE_FLOOR ** 2)
     try:
         cov = np.linalg.pinv(jac.T @ jac) * variance
     except np.linalg.LinAlgError:
