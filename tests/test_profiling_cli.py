@@ -178,3 +178,21 @@ def test_probe_on_local_device_quick():  # runs where torch and a CUDA device ar
     record = run_probe(quick=True)
     fit = fit_probe(record)
     assert any(p.name == "gemm.bf16" and p.identified for p in fit.parameters)
+
+
+def test_trace_profile_makes_the_simulator_reproduce_the_traced_compute(tmp_path):
+    from windtunnel.api import simulate_training
+    from windtunnel.profiling.kineto import read_trace
+
+    out = tmp_path / "trace.yaml"
+    trace = LOGS / "kineto_llama3-8b_h100_2steps.json"
+    assert invoke("calibrate", "trace", str(trace), *TRACE_ARGS, "--out", str(out)).exit_code == 0
+    summary = read_trace(trace)
+    traced = sum(summary.per_step(kind) for kind in ("gemm", "attention.fwd", "attention.bwd", "memory"))
+    kwargs = dict(seq_len=4096, global_batch=16, plan="tp=1,pp=1,mbs=1")
+    before = simulate_training("llama3-8b", "h100-sxm", 8, **kwargs)
+    after = simulate_training("llama3-8b", "h100-sxm", 8, profile=out, **kwargs)
+    simulated = after.breakdown["compute"] + after.breakdown["recompute"]
+    assert simulated == pytest.approx(traced, rel=0.01)
+    assert abs(before.breakdown["compute"] + before.breakdown["recompute"] - traced) > 0.05 * traced
+    assert any("profile" in line for line in after.assumptions)

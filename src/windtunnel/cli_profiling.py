@@ -18,7 +18,7 @@ from rich.console import Console
 
 from windtunnel.profile import FittedParameter, Profile, load_profile, save_profile
 
-console = Console()
+console = Console(soft_wrap=True)
 
 HARDWARE_HELP = "Chip id (its default cluster), cluster id, or cluster YAML the measurements ran on."
 
