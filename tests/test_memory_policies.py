@@ -114,3 +114,39 @@ def test_memory_report_has_ten_published_figures_within_ten_percent_median():
     errors = [abs(r.predicted / r.measured - 1.0) for r in results]
     assert statistics.median(errors) <= 0.10
     assert max(errors) <= 0.25
+
+
+def test_no_reshard_after_forward_holds_every_block_of_the_rank_gathered():
+    """FSDP without reshard-after-forward keeps each block's unsharded 16-bit parameters from its
+    forward to its backward: the rank's whole share (here all 16 blocks) instead of the prefetch window."""
+    stack = load_stack("pytorch-fsdp2")
+    kept = stack.model_copy(update={"sharding": stack.sharding.model_copy(update={"reshard_after_forward": False})})
+    plan = f"tp=1,pp=1,dp=8,mbs={MBS},recompute=full,zero=3"
+    held = simulate(_job(kept, plan)).memory_breakdown["buffers"]
+    resharded = simulate(_job(stack, plan)).memory_breakdown["buffers"]
+    m = small_dense()
+    block = m.attention_params() + 2 * m.hidden + m.mlp_params(m.ffn_hidden)
+    assert held - resharded >= (m.layers - stack.sharding.gathered_layers) * block * 2.0
+
+
+def _mindspeed(**fields):
+    stack = load_stack("mindspeed")
+    return stack.model_copy(update={"memory": stack.memory.model_copy(update=fields)})
+
+
+def test_mindspeed_reuse_fp32_param_saves_two_bytes_per_dp_sharded_parameter():
+    """MindSpeed docs (reuse-fp32-param.md): with the distributed optimizer it saves
+    sizeof(bfloat16) x parameters / DP of static memory."""
+    plan = f"tp=1,pp=1,dp=8,mbs={MBS},recompute=full,zero=1"
+    base = simulate(_job(_mindspeed(), plan))
+    reused = simulate(_job(_mindspeed(reuse_fp32_param=True), plan))
+    params = base.memory_breakdown["weights"] / 2.0  # 16-bit weights, unsharded at ZeRO-1
+    saving = base.peak_memory_bytes - reused.peak_memory_bytes
+    assert saving == pytest.approx(2.0 * params / 8, rel=1e-9)
+
+
+def test_mindspeed_swap_optimizer_keeps_one_part_of_the_optimizer_states_on_the_device():
+    plan = f"tp=1,pp=1,dp=8,mbs={MBS},recompute=full,zero=1"
+    base = simulate(_job(_mindspeed(), plan)).memory_breakdown["optimizer"]
+    swapped = simulate(_job(_mindspeed(swap_optimizer=True), plan)).memory_breakdown["optimizer"]
+    assert swapped == pytest.approx(base / 16, rel=1e-9)

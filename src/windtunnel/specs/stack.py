@@ -106,6 +106,13 @@ class Memory(_Frozen):
     # vocab-sharded over TP (PyTorch's loss_parallel computes log-softmax and NLL backward together
     # from fp32 temporaries); None: the same as loss_workspace_bytes_per_logit.
     tp_loss_workspace_bytes_per_logit: float | None = Field(default=None, ge=0)
+    # MindSpeed --reuse-fp32-param: the fp32 master weights share memory with the bf16 weights (stored
+    # as bf16 + a 16-bit residual), saving 2 bytes per (DP-sharded) parameter.
+    reuse_fp32_param: bool = False
+    # MindSpeed --swap-optimizer: optimizer states live in host memory outside the step, which brings
+    # them back in swap_optimizer_times parts (--swap-optimizer-times, default 16).
+    swap_optimizer: bool = False
+    swap_optimizer_times: int = Field(default=16, ge=1)
 
 
 class Stack(_Frozen):
