@@ -203,17 +203,17 @@ def test_hccl_np_flag_and_the_guides_avg_time_spelling(tmp_path):
     assert log.rows[0].algbw == pytest.approx(2.09715e9) and log.rows[0].time_s == pytest.approx(1e-3)
 
 
-def test_a_rack_scale_domain_read_as_hosts_hits_the_bound_and_warns(tmp_path):
-    # 16 GPUs on 4-GPU hosts of one NVL72 domain: all NVLink. Read with hosts as domains, the "scale-out" tier
-    # would need more than its line rate; with --domain-ranks 16 the run stays in the NVLink domain.
+def test_rack_scale_domains_span_hosts_and_a_wrong_domain_size_warns(tmp_path):
+    # 16 GPUs on 4-GPU trays of one NVL72 rack: all NVLink. Read as 4 domains of 4 (--domain-ranks 4), the
+    # InfiniBand tier would need more than its line rate: the fit says so.
     hidden = {"comm.scale_up_efficiency": 0.8, "comm.half_message_bytes": 4.0e5}
     path = tmp_path / "all_reduce_perf.log"
     path.write_text(nccl_log("all_reduce", 16, 4, "NVIDIA GB200",
                              model_times("gb200-nvl72", "all_reduce", 16, hidden, per_host=16), host_prefix="tray"))
     logs = read_bench_logs([path])
     assert logs[0].hosts == 4
-    wrong = fit_collectives(logs, "gb200-nvl72")
-    assert any("--domain-ranks" in w for w in wrong.warnings)
-    right = fit_collectives(logs, "gb200-nvl72", domain_ranks=16)
-    assert not right.warnings
+    right = fit_collectives(logs, "gb200-nvl72")
+    assert not right.warnings and right.logs[0]["tier"] == "nvl72"
     assert _by_name(right)["comm.scale_up_efficiency"].value == pytest.approx(0.8, rel=0.02)
+    wrong = fit_collectives(logs, "gb200-nvl72", domain_ranks=4)
+    assert any("--domain-ranks" in w for w in wrong.warnings)

@@ -3,7 +3,8 @@
 Each table row is predicted with the simulator's own collective model
 (:func:`windtunnel.cost.collectives.collective_time`: ring phases per tier, flat ring and tree, each
 step's bandwidth ``line rate * tier efficiency * m / (m + half_message_bytes)`` plus the tier's latency)
-for the benchmark's group (its ranks and hosts, each host one scale-up domain unless told otherwise),
+for the benchmark's group (its ranks and hosts; each host one scale-up domain on clusters of nodes, the
+ranks filling rack-scale domains in order on NVL72 / CloudMatrix384, or as ``domain_ranks`` says),
 and the parameters ``comm.scale_up_efficiency``, ``comm.scale_out_efficiency`` and
 ``comm.half_message_bytes`` are fitted by bounded least squares on log time with a weak pull towards the
 catalog priors. A parameter no row is sensitive to (the scale-out efficiency of a single-node log) keeps
@@ -71,11 +72,22 @@ class _Case:
     rows: tuple[BenchRow, ...]
 
 
+def default_domain_ranks(cluster: Cluster, log: BenchLog) -> int:
+    """Ranks of the run per scale-up domain when the user does not say: each host is one domain where the
+    cluster's innermost tier is a node (DGX/HGX, Atlas 800T A2: tier ``node``); where it spans hosts (NVL72
+    racks, CloudMatrix384 supernodes: a larger tier of another name) the run's consecutive ranks fill domains
+    of the tier's size."""
+    inner = cluster.tiers[0]
+    if inner.size is None or inner.name == "node" or inner.size <= log.ranks_per_host:
+        return log.ranks_per_host
+    return min(inner.size, log.ranks)
+
+
 def bench_cluster(hardware: str, log: BenchLog, domain_ranks: int | None = None) -> Cluster:
     """The cluster the benchmark ran on: ``hardware`` (chip or cluster id/file) with its innermost tier holding
-    ``domain_ranks`` of the run's ranks (default: the ranks on one host, each host one scale-up domain)."""
+    ``domain_ranks`` of the run's ranks (default: :func:`default_domain_ranks`)."""
     cluster = load_hardware(hardware, log.ranks)
-    domain = domain_ranks or log.ranks_per_host
+    domain = domain_ranks or default_domain_ranks(cluster, log)
     if log.ranks % domain:
         raise WindtunnelError(f"{log.label}: {log.ranks} ranks do not split into scale-up domains of {domain} "
                               "(field 'domain_ranks').", field="domain_ranks")
@@ -190,7 +202,7 @@ def fit_collectives(logs: list[BenchLog], hardware: str, domain_ranks: int | Non
                   for name in NAMES]
     eff = _eff_with(base, values)
     warnings = [f"{name} reaches its physical bound {values[name]:g}: the rows may not run where the model places "
-                "them (each host one scale-up domain unless --domain-ranks says otherwise, e.g. NVL72 racks)"
+                "them (ranks per scale-up domain: --domain-ranks)"
                 for name in free if min(abs(values[name] / bound - 1.0) for bound in PARAMETERS[name].bounds) < 1e-3]
     rms = float(np.sqrt(np.mean(residuals ** 2))) if rows_used else 0.0
     if rms > MAX_RMS_LOG_ERROR:
