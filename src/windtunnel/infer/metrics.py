@@ -11,6 +11,16 @@ Definitions (times in seconds):
 * Goodput: requests meeting both SLOs (TTFT <= ttft and TPOT <= tpot) / makespan, the same window as
   throughput (as vLLM's benchmark_serving.py computes request goodput), so goodput = SLO attainment x
   request throughput; rejected requests never meet it. Per device: divided by the deployment's devices.
+* Offered rate: (requests - 1) / arrival window (first to last arrival), requests/s; None for a closed loop.
+  Served rate: requests that leave the system (finish or are rejected) during the second half of the arrival
+  window / half the window (requests/s): equal to the arrival rate there when the deployment keeps up, its
+  capacity when it does not. Request throughput (completed / makespan) is reported apart: one very long
+  request can stretch the makespan far past the arrivals without any queue.
+* Overloaded (rule): over the second half of the arrival window, fewer requests leave than arrive, by more
+  than ``OVERLOAD_GROWTH`` (10%) of the arrivals there (and by at least ``OVERLOAD_MIN_REQUESTS``): the number
+  of requests in the system keeps growing, so the queue and the makespan run past the arrivals (``drain_s``
+  = makespan - arrival window, reported). A served load's in-system count stays level (Little's law: rate x
+  latency). Never set for a closed loop (it cannot overload).
 """
 
 from __future__ import annotations
@@ -24,6 +34,8 @@ from windtunnel.infer.units import parse_seconds
 from windtunnel.specs.errors import WindtunnelError
 
 SERIES_POINTS = 120
+OVERLOAD_GROWTH = 0.10
+OVERLOAD_MIN_REQUESTS = 5
 
 
 @dataclass(frozen=True)
@@ -111,6 +123,12 @@ class ServingResult:
     events: int = 0
     wall_s: float = 0.0
     switches: list[dict] = field(default_factory=list)
+    load: dict = field(default_factory=dict)
+    prefix_cache: dict | None = None
+
+    @property
+    def overloaded(self) -> bool:
+        return bool(self.load.get("overloaded", False))
 
     @property
     def goodput_per_device(self) -> float:
@@ -139,7 +157,8 @@ class ServingResult:
             "kv_cache": {"peak_fraction": self.kv_peak_fraction, "mean_fraction": self.kv_mean_fraction},
             "series": self.series, "instances": self.instances, "per_class": self.per_class,
             "assumptions": self.assumptions, "events": self.events, "wall_s": self.wall_s,
-            "switches": self.switches,
+            "switches": self.switches, "overloaded": self.overloaded, "served_rate": self.load.get("served_rate"),
+            "offered_rate": self.load.get("offered_rate"), "load": self.load, "prefix_cache": self.prefix_cache,
         }
 
 
@@ -161,6 +180,31 @@ def _series(out: SimOutput, start: float, end: float) -> tuple[dict, float, floa
               "queue": [int(q) for q in queue]}
     peak_fraction = max((inst.kv_max / inst.cap for inst in out.instances if inst.cap), default=0.0)
     return series, float(peak_fraction), float(fraction.mean())
+
+
+def load_summary(out: SimOutput, makespan_s: float, closed: bool) -> dict:
+    """Offered and served rates (requests/s), arrival window and drain (s), backlog growth and the overload flag
+    (rule in the module docstring)."""
+    arrival = np.sort(out.arrival)
+    n = int(arrival.size)
+    window = float(arrival[-1] - arrival[0]) if n > 1 else 0.0
+    completed = int(((out.finish >= 0) & ~out.rejected).sum())
+    if closed or window <= 0:
+        return {"offered_rate": None, "served_rate": completed / makespan_s if makespan_s > 0 else 0.0,
+                "arrival_window_s": window, "drain_s": None, "backlog_growth": None, "overloaded": False,
+                "rule": "closed loop or a single instant of arrivals: never overloaded; served rate = throughput"}
+    # when each request left the system: its finish, or its arrival if rejected; never if unfinished
+    left = np.sort(np.where(out.finish >= 0, out.finish, np.where(out.rejected, out.arrival, np.inf)))
+    mid, end = arrival[0] + 0.5 * window, arrival[-1]
+    arrived = int(np.searchsorted(arrival, end, side="right") - np.searchsorted(arrival, mid, side="right"))
+    departed = int(np.searchsorted(left, end, side="right") - np.searchsorted(left, mid, side="right"))
+    grew = arrived - departed
+    return {"offered_rate": (n - 1) / window, "served_rate": departed / (end - mid), "arrival_window_s": window,
+            "drain_s": max(0.0, makespan_s - window), "backlog_growth": grew / max(1, arrived),
+            "overloaded": bool(grew > OVERLOAD_GROWTH * arrived and grew >= OVERLOAD_MIN_REQUESTS),
+            "rule": f"overloaded when, over the second half of the arrival window, the requests leaving fall short of "
+                    f"those arriving by more than {OVERLOAD_GROWTH:.0%} of the arrivals (and by >= "
+                    f"{OVERLOAD_MIN_REQUESTS}): the queue keeps growing"}
 
 
 def summarise(out: SimOutput, *, model: str, hardware: str, deployment: str, traffic: dict, slo: SLO, seed: int,
@@ -206,4 +250,16 @@ def summarise(out: SimOutput, *, model: str, hardware: str, deployment: str, tra
         goodput_requests_per_s=float(ok.sum()) / makespan,
         slo_attainment=float(ok.mean()) if ok.size else 0.0,
         preemptions=int(out.preempted.sum()), kv_peak_fraction=kv_peak, kv_mean_fraction=kv_mean, series=series,
-        instances=instances, per_class=per_class, assumptions=assumptions, events=out.events, switches=out.switches)
+        instances=instances, per_class=per_class, assumptions=assumptions, events=out.events, switches=out.switches,
+        load=load_summary(out, makespan, out.closed_loop), prefix_cache=out.prefix_cache)
+
+
+def load_text(load: dict) -> str:
+    """One line on offered vs served rate and the overload flag (for the text outputs)."""
+    served = f"served {load['served_rate']:.2f} req/s"
+    if load.get("offered_rate") is None:
+        return f"load: {served} (closed loop: no offered rate)"
+    flag = "[bold red]OVERLOADED[/]" if load["overloaded"] else "not overloaded"
+    return (f"load: offered {load['offered_rate']:.2f} req/s, {served} (second half of the arrivals); {flag} "
+            f"(backlog grew by {load['backlog_growth']:.0%} of that half's arrivals; last request done "
+            f"{load['drain_s']:,.1f} s after the last arrival)")

@@ -452,6 +452,8 @@ class SimOutput:
     transfer_s: np.ndarray | None = None
     events: int = 0
     switches: list[dict] = field(default_factory=list)
+    closed_loop: bool = False
+    prefix_cache: dict | None = None
 
 
 class Simulator:
@@ -613,4 +615,4 @@ class Simulator:
             klass=self.workload.klass, preempted=np.asarray(self.preempted, dtype=np.int64),
             rejected=np.asarray(self.rejected, dtype=bool), completions=np.asarray(self.completions, dtype=np.int64),
             instances=instances, transfer_s=np.asarray(self.transfer, dtype=float), events=count,
-            switches=self.switches)
+            switches=self.switches, closed_loop=closed)
