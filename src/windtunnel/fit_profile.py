@@ -11,7 +11,8 @@ parameters gives their standard errors. Parameters join the identified set greed
 first) while every member's posterior standard error stays below half its prior width (the rows carry
 at least three quarters of what is known about it, jointly with the other members); the rest are *not
 identified*: they keep their priors, are not applied, and the fit is redone without them. The
-leave-one-out error refits without each row in turn and predicts that row.
+leave-one-out error refits without each row in turn and predicts that row. The measurement scale is
+DATA_SIGMA or, where larger, the model's own misfit on the rows (see DATA_SIGMA).
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ from windtunnel.specs.stack import DEFAULT_STACK, load_stack, stack_names
 from windtunnel.train.step import TrainingJob
 from windtunnel.validation import build_job, predict_metric
 
-# Scale of a row's log error the fit expects from measurement noise and unmodelled effects (5%: the
-# spread of repeated published throughput figures of one configuration, e.g. llm-foundry's 128- vs
-# 512-GPU rows of one model).
+# Scale of a row's log error the fit expects from measurement noise (5%: the spread of repeated
+# published throughput figures of one configuration, e.g. llm-foundry's 128- vs 512-GPU rows of one
+# model). It is a floor: where the model's own misfit on the rows is larger (rms log error of a first
+# fit with every candidate free), that misfit is the scale (the usual reduced-chi-square scaling of
+# least-squares errors), so the prior pull and identifiability follow what the model can explain.
 DATA_SIGMA = 0.05
 # Prior widths (log space): how far the catalog's value may plausibly be off on another cluster.
 # Kernel efficiencies +-15% (driver/library versions, clocks), collectives +-25% (topology, NCCL/HCCL
@@ -121,6 +124,7 @@ class Fitter:
         self.members, self.chip, self.stack = members, chip, stack
         self.base = shipped_fitted() if base is None else base
         self.measured = [float(m.row["value"]) for m in members]
+        self.data_sigma = DATA_SIGMA
 
     def prior(self, name: str) -> float:
         """The value ``name`` takes on the chip without the profile (catalog priors and ``base``)."""
@@ -159,7 +163,7 @@ class Fitter:
 
         def residuals(z):
             predicted = np.array(self.predict(self.values_of(names, z), members))
-            return np.concatenate([np.log(predicted / measured) / DATA_SIGMA, z / sigma])
+            return np.concatenate([np.log(predicted / measured) / self.data_sigma, z / sigma])
 
         x0 = np.zeros(len(names)) if start is None else np.clip(start, lo, hi)
         return least_squares(residuals, x0, bounds=(lo, hi), x_scale=sigma, diff_step=1e-3, xtol=1e-6, ftol=1e-8,
@@ -204,16 +208,20 @@ def identified_set(result, names: list[str]) -> list[str]:
 
 def fit_profile(rows: list[dict], *, chip: str | None = None, stack: str | None = None, small: int | None = None,
                 source: str = "calibrate training", inputs: list[dict] | None = None, loo: bool = True,
-                base: dict | None = None) -> Profile:
+                base: dict | None = None, scale_to_misfit: bool = True) -> Profile:
     """Fit a profile on measured training ``rows`` (validation CSV schema); see the module docstring.
     ``base``: the fitted dict the profile overlays while fitting (None: the shipped calibration; {}:
-    the catalog priors alone)."""
+    the catalog priors alone). ``scale_to_misfit``: False keeps the measurement scale at DATA_SIGMA."""
     import numpy as np
 
     members, chip_id, stack_id, notes = select_members(rows, chip=chip, stack=stack, small=small)
     fitter = Fitter(members, chip_id, stack_id, base)
     names = candidates(members, chip_id, stack_id)
     first = fitter.fit(names)
+    misfit = float(np.sqrt(np.mean(np.square(first.fun[:len(members)])))) * DATA_SIGMA
+    if scale_to_misfit and misfit > DATA_SIGMA:
+        fitter.data_sigma = misfit
+        first = fitter.fit(names, start=first.x)
     identified = identified_set(first, names)
     if identified:
         start = np.array([first.x[names.index(n)] for n in identified])
@@ -243,7 +251,7 @@ def fit_profile(rows: list[dict], *, chip: str | None = None, stack: str | None 
            "rms_log_error": round(math.sqrt(sum(e * e for e in log_errors) / len(log_errors)), 4),
            "median_abs_error": round(statistics.median(abs(math.exp(e) - 1) for e in log_errors), 4),
            "loo_median_abs_error": round(statistics.median(abs(e) for e in loo_errors), 4) if loo_errors else None,
-           "data_sigma": DATA_SIGMA, "identified_ratio": IDENTIFIED_RATIO, "skipped": notes,
+           "data_sigma": round(fitter.data_sigma, 4), "data_sigma_floor": DATA_SIGMA, "identified_ratio": IDENTIFIED_RATIO, "skipped": notes,
            "candidates": names, "identified": identified}
     if final is not None:
         fit["optimizer"] = {"status": int(final.status), "nfev": int(final.nfev)}
