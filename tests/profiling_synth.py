@@ -217,3 +217,14 @@ def probe_record(chip_id: str, hidden: dict[str, float], device: str = "NVIDIA H
     return {"windtunnel_probe": 1, "device": device, "chip": chip_id, "torch": "2.5.1+cu124 (synthetic)",
             "cuda": "12.4", "devices": 8 if comm else 1, "quick": False, "gemm": gemm, "attention": attention,
             "memory": memory, "collectives": collectives}
+
+
+def trace_kind_times(job, hidden: dict[str, float], rank: int = 0) -> dict[str, float]:
+    """Kernel seconds per kind of one step of ``job`` under ``hidden`` values (durations: no launch overhead)."""
+    from windtunnel.profiling.fit_trace import kind_seconds, step_ops, with_value
+
+    builder, ops = step_ops(job, rank)
+    eff = dataclasses.replace(builder.eff, kernel_overhead_s=0.0)
+    for name, value in hidden.items():
+        eff = with_value(eff, name, value)
+    return {kind: round(seconds, 6) for kind, seconds in kind_seconds(ops, builder, eff).items()}

@@ -181,18 +181,26 @@ def test_probe_on_local_device_quick():  # runs where torch and a CUDA device ar
 
 
 def test_trace_profile_makes_the_simulator_reproduce_the_traced_compute(tmp_path):
-    from windtunnel.api import simulate_training
+    from windtunnel.api import resolve_model, simulate_training
+    from windtunnel.profiling.fit_trace import step_ops
     from windtunnel.profiling.kineto import read_trace
+    from windtunnel.specs.hardware import load_hardware
+    from windtunnel.specs.plan import parse_plan
+    from windtunnel.train.step import TrainingJob
 
     out = tmp_path / "trace.yaml"
     trace = LOGS / "kineto_llama3-8b_h100_2steps.json"
-    assert invoke("calibrate", "trace", str(trace), *TRACE_ARGS, "--out", str(out)).exit_code == 0
+    assert invoke("calibrate", "trace", str(trace), *TRACE_ARGS, "--gaps", "--out", str(out)).exit_code == 0
     summary = read_trace(trace)
-    traced = sum(summary.per_step(kind) for kind in ("gemm", "attention.fwd", "attention.bwd", "memory"))
+    durations = sum(summary.per_step(kind) for kind in ("gemm", "attention.fwd", "attention.bwd", "memory"))
+    job = TrainingJob(model=resolve_model("llama3-8b")[0], cluster=load_hardware("h100-sxm", 8),
+                      plan=parse_plan("tp=1,pp=1,mbs=1"), seq_len=4096, global_batch=16)
+    launches = sum(count for _, count in step_ops(job)[1])
     kwargs = dict(seq_len=4096, global_batch=16, plan="tp=1,pp=1,mbs=1")
     before = simulate_training("llama3-8b", "h100-sxm", 8, **kwargs)
     after = simulate_training("llama3-8b", "h100-sxm", 8, profile=out, **kwargs)
-    simulated = after.breakdown["compute"] + after.breakdown["recompute"]
-    assert simulated == pytest.approx(traced, rel=0.01)
-    assert abs(before.breakdown["compute"] + before.breakdown["recompute"] - traced) > 0.05 * traced
+    # The step's kernels as traced, plus the fitted launch gap (2 us) per kernel the model launches.
+    expected = durations + launches * summary.median_gap_s
+    assert after.breakdown["compute"] + after.breakdown["recompute"] == pytest.approx(expected, rel=2e-3)
+    assert abs(before.breakdown["compute"] + before.breakdown["recompute"] - expected) > 0.05 * expected
     assert any("profile" in line for line in after.assumptions)

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from conftest import DATA
-from profiling_synth import KERNEL_NAMES, kineto_trace
+from profiling_synth import KERNEL_NAMES, kineto_trace, trace_kind_times
 from windtunnel.api import resolve_model
-from windtunnel.profiling.fit_trace import fit_trace, kind_seconds, step_ops, with_value
+from windtunnel.profiling.fit_trace import fit_trace
 from windtunnel.profiling.kernel_kinds import kernel_kind
 from windtunnel.profiling.kineto import read_trace
 from windtunnel.specs.errors import WindtunnelError
@@ -73,7 +73,8 @@ def test_recorded_trace_has_two_steps_and_leaves_out_the_warm_up_kernel():
     assert summary.steps == 2 and summary.step_names == ["ProfilerStep#3", "ProfilerStep#4"]
     assert summary.device == "0"
     assert summary.kinds["memory"].count == 2 * 2 * len(KERNEL_NAMES["memory"])  # the warm-up one is not counted
-    assert summary.per_step("gemm") == pytest.approx(0.625968, rel=1e-5)
+    assert summary.per_step("gemm") == pytest.approx(0.622872, rel=1e-5)
+    assert summary.median_gap_s == pytest.approx(2e-6)
     assert summary.kinds["memcpy"].count == 1
     assert summary.kinds["comm.reduce_scatter"].count == 2
     assert 0 < summary.idle_per_step_s < 1e-3  # 2 us launch gaps between back-to-back kernels
@@ -97,13 +98,9 @@ def test_recorded_trace_fits_back_the_hidden_efficiencies():
 
 def test_round_trip_under_another_plan_and_stack(tmp_path):
     job = llama_job(plan="tp=2,pp=2,mbs=2", global_batch=16, framework="pytorch-fsdp")
-    builder, ops = step_ops(job, rank=1)
     hidden = {"memory.bandwidth_efficiency": 0.80, "gemm.bf16": 0.55}
-    eff = builder.eff
-    for name, value in hidden.items():
-        eff = with_value(eff, name, value)
     path = tmp_path / "trace.json"
-    path.write_text(json.dumps(kineto_trace(kind_seconds(ops, builder, eff), steps=3)))
+    path.write_text(json.dumps(kineto_trace(trace_kind_times(job, hidden, rank=1), steps=3)))
     fit = fit_trace(read_trace(path), job, rank=1)
     values = {p.name: p.value for p in fit.parameters}
     for name, value in hidden.items():
@@ -175,3 +172,11 @@ def test_ascend_style_trace_reads_device_tasks_by_process_name(tmp_path):
     assert summary.per_step("gemm") == pytest.approx(400e-6)
     assert summary.kinds["attention.bwd"].count == 1 and summary.kinds["memory"].count == 1
     assert summary.kinds["comm.all_reduce"].count == 1
+
+
+def test_gaps_fit_the_kernel_overhead_only_when_asked():
+    summary = read_trace(TRACE)
+    default = {p.name: p for p in fit_trace(summary, llama_job()).parameters}["kernel_overhead_s"]
+    assert not default.identified and "--gaps" in default.source
+    fitted = {p.name: p for p in fit_trace(summary, llama_job(), gaps=True).parameters}["kernel_overhead_s"]
+    assert fitted.identified and fitted.value == pytest.approx(2e-6)  # the trace's launch gaps

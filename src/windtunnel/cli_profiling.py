@@ -112,6 +112,8 @@ def calibrate_trace(
     rank: int = typer.Option(0, help="Pipeline rank (stage) the trace was taken on."),
     device: str | None = typer.Option(None, help="Device id in the trace (args.device) when it holds several."),
     steps: int | None = typer.Option(None, help="Steps the trace covers when it has no ProfilerStep# annotations."),
+    gaps: bool = typer.Option(False, "--gaps", help="Also fit kernel_overhead_s from the median gap between kernels "
+                              "(only for traces where the host keeps ahead of the device)."),
     out: Path | None = typer.Option(None, help="Write or merge the profile here (YAML)."),
     as_json: bool = typer.Option(False, "--json", help="Print the fit as JSON."),
 ) -> None:
@@ -127,7 +129,7 @@ def calibrate_trace(
     job = TrainingJob(model=spec, cluster=load_hardware(hardware, devices), plan=parse_plan(plan), seq_len=seq_len,
                       global_batch=global_batch, framework=framework, moe_imbalance=moe_imbalance, dag=dag)
     summary = read_trace(trace, device, steps)
-    result = fit_trace(summary, job, rank)
+    result = fit_trace(summary, job, rank, gaps)
     fit = result.fit_stats()
     inputs = [{"kind": "kineto", "path": str(trace), "steps": summary.steps, "device": summary.device, "model": model,
                "hardware": hardware, "devices": devices, "seq_len": seq_len, "global_batch": global_batch,

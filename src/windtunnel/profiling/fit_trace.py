@@ -3,14 +3,16 @@
 The user describes the traced job as for ``train simulate`` (model, hardware, devices, sequence length,
 global batch, plan, stack). The simulator's step builder gives the operators one pipeline rank runs in a
 step (every layer of its chunks, forward and backward with recomputation, times the micro-batches), each
-costed by :func:`windtunnel.cost.compute.compute_op_time` at the catalog's efficiencies. Per kind
+costed by :func:`windtunnel.cost.compute.compute_op_time` at the catalog's efficiencies, without the
+per-kernel launch overhead (kernel durations in a trace exclude the gaps between kernels). Per kind
 (GEMM, attention forward, attention backward, memory-bound) the fitted parameter is the value at which the
 model's summed kernel time of that kind equals the trace's (a one-dimensional root, as the prior scaled by
 the measured/model ratio would be for purely compute-bound kernels), clipped to the parameter's physical
 bounds. One measured total per kind fixes one parameter exactly, so there is no held-out error; the
 per-kind residuals at the priors are reported instead. The optimizer step, collectives, copies and
-unclassified kernels are reported but not fitted; nor are host launch gaps (the device's idle time inside
-the step is reported beside the model's host overhead).
+unclassified kernels are reported but not fitted. Launch gaps: the median gap between consecutive kernels
+is reported, and fitted as ``kernel_overhead_s`` when asked (``gaps``); the device's idle time inside the
+step is reported too.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from windtunnel.train.step import TrainingJob, _StepBuilder
 # A measured/model ratio outside this range means the trace and the job described are not the same step
 # (another micro-batch count, sequence length or parallel plan) more likely than a slow kernel.
 PLAUSIBLE_RATIO = (1.0 / 3.0, 3.0)
+MIN_GAPS = 20  # inter-kernel gaps needed before their median stands for the launch/tail overhead
 
 
 @dataclass
@@ -43,6 +46,7 @@ class TraceFit:
     per_kind: dict[str, dict]
     rows_used: int
     idle_per_step_s: float
+    median_gap_s: float | None = None
     warnings: list[str] = field(default_factory=list)
 
     def fit_stats(self) -> dict:
@@ -50,6 +54,7 @@ class TraceFit:
                 "loo_reason": "one measured total per kernel kind fixes one parameter exactly: nothing is held out; "
                               "per_kind gives each kind's residual at the priors",
                 "per_kind": self.per_kind, "device_idle_per_step_s": self.idle_per_step_s,
+                "median_kernel_gap_s": self.median_gap_s,
                 "warnings": self.warnings}
 
 
@@ -127,15 +132,35 @@ def _solve(target: float, model, lo: float, hi: float) -> tuple[float, bool]:
     return float(brentq(lambda v: model(v) - target, lo, hi, xtol=1e-6)), False
 
 
-def fit_trace(summary: TraceSummary, job: TrainingJob, rank: int = 0) -> TraceFit:
-    """Fit GEMM, attention and memory-bound efficiency of ``job``'s chip to the kernels of ``summary``."""
+def _overhead(summary: TraceSummary, builder: _StepBuilder, gaps: bool, source: str) -> FittedParameter:
+    """kernel_overhead_s: the median gap between consecutive kernels of a stream (where the host keeps ahead of
+    the device, that gap is the launch and tail cost the model charges per kernel); fitted only when asked,
+    since a host-bound trace's gaps are host time, which the model charges as host.op_s instead."""
+    name = "kernel_overhead_s"
+    lo, hi = PARAMETERS[name].bounds
+    prior = prior_value(builder.chip.id, name, builder.stack.id)
+    gap = summary.median_gap_s
+    if not gaps or gap is None or len(summary.gaps_s) < MIN_GAPS:
+        why = "pass --gaps to fit it" if gaps is False else f"fewer than {MIN_GAPS} gaps between kernels"
+        return FittedParameter(name=name, value=prior, prior=prior, bounds=(lo, hi), identified=False,
+                               source=f"prior ({why}; median gap {gap if gap is None else f'{gap * 1e6:.2f} us'})")
+    return FittedParameter(name=name, value=round(min(hi, max(lo, gap)), 9), prior=prior, bounds=(lo, hi),
+                           identified=True, source=source + f", median of {len(summary.gaps_s)} inter-kernel gaps")
+
+
+def fit_trace(summary: TraceSummary, job: TrainingJob, rank: int = 0, gaps: bool = False) -> TraceFit:
+    """Fit GEMM, attention and memory-bound efficiency of ``job``'s chip to the kernels of ``summary``; with
+    ``gaps``, also the per-kernel launch/tail overhead from the median gap between kernels."""
     builder, ops = step_ops(job, rank)
     chip, stack = builder.chip.id, builder.stack.id
-    base = builder.eff
+    # Kernel durations exclude the gaps between kernels, which the model charges as kernel_overhead_s per
+    # operator: the efficiencies are fitted on the durations alone.
+    base = dataclasses.replace(builder.eff, kernel_overhead_s=0.0)
     prior_times = kind_seconds(ops, builder, base)
     parameters, per_kind, warnings = [], {}, []
     used = 0
     source = f"calibrate trace: {summary.path} ({summary.steps} step(s), device {summary.device}, pipeline rank {rank})"
+    parameters.append(_overhead(summary, builder, gaps, source))
     for kind in FITTED_KINDS:
         measured = summary.per_step(kind)
         model_prior = prior_times.get(kind, 0.0)
@@ -178,4 +203,4 @@ def fit_trace(summary: TraceSummary, job: TrainingJob, rank: int = 0) -> TraceFi
     if "other" in summary.kinds:
         top = sorted(summary.kinds["other"].names.items(), key=lambda kv: -kv[1])[:5]
         per_kind["other"]["top_names"] = [name for name, _ in top]
-    return TraceFit(chip, stack, parameters, per_kind, used, summary.idle_per_step_s, warnings)
+    return TraceFit(chip, stack, parameters, per_kind, used, summary.idle_per_step_s, summary.median_gap_s, warnings)

@@ -53,6 +53,7 @@ class TraceSummary:
     kinds: dict[str, KindTotal]
     busy_s: float
     span_s: float
+    gaps_s: list[float] = field(default_factory=list)
 
     def per_step(self, kind: str) -> float:
         """Seconds of ``kind`` kernels in one step (the mean over the steps used)."""
@@ -63,6 +64,16 @@ class TraceSummary:
     def idle_per_step_s(self) -> float:
         """Device idle time inside the steps' kernel span, per step (launch gaps, host waits)."""
         return max(0.0, self.span_s - self.busy_s) / self.steps
+
+    @property
+    def median_gap_s(self) -> float | None:
+        """Median idle time between consecutive kernels of one stream (s): the launch/tail overhead a kernel
+        costs beyond its own duration where the host keeps ahead (long waits sit in the upper tail)."""
+        if not self.gaps_s:
+            return None
+        ordered = sorted(self.gaps_s)
+        middle = len(ordered) // 2
+        return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2.0
 
     @property
     def kernels(self) -> int:
@@ -99,7 +110,7 @@ def read_trace(path: str | Path, device: str | None = None, steps: int | None = 
                    "process_name" and any(p in str((event.get("args") or {}).get("name", "")) for p in _DEVICE_PROCESSES)}
     windows: list[tuple[float, float, str]] = []
     launches: dict[object, float] = {}
-    kernels: list[tuple[str, str, float, float, str, object]] = []
+    kernels: list[tuple[str, str, float, float, str, object, object]] = []
     for event in events:
         if event.get("ph") != "X":
             continue
@@ -114,7 +125,7 @@ def read_trace(path: str | Path, device: str | None = None, steps: int | None = 
             # One torch_npu trace is one rank: its "Ascend Hardware" and "HCCL" processes are one device.
             where = "npu" if event.get("pid") in device_pids else str(args.get("device", event.get("pid")))
             kernels.append((name, cat, _number(event, "ts", path), _number(event, "dur", path), where,
-                            args.get("correlation")))
+                            args.get("correlation"), args.get("stream", event.get("tid"))))
     devices = sorted({k[4] for k in kernels})
     if not kernels:
         raise WindtunnelError(f"Trace '{path}' holds no device kernels (events with cat 'kernel', 'gpu_memcpy' or "
@@ -129,14 +140,14 @@ def read_trace(path: str | Path, device: str | None = None, steps: int | None = 
                               f"{', '.join(devices)}.", field="device")
     windows.sort()
     step_names = [w[2] for w in windows]
-    selected = []  # (name, cat, start us, duration us, step index)
-    for name, cat, start, duration, where, correlation in kernels:
+    selected = []  # (name, cat, start us, duration us, step index, stream)
+    for name, cat, start, duration, where, correlation, stream in kernels:
         if where != chosen:
             continue
         anchor = launches.get(correlation, start) if correlation is not None else start
         step = next((i for i, (lo, hi, _) in enumerate(windows) if lo <= anchor <= hi), None) if windows else 0
         if step is not None:
-            selected.append((name, cat, start, duration, step))
+            selected.append((name, cat, start, duration, step, stream))
     if windows:
         count = len(windows)
         if steps is not None and steps != count:
@@ -150,18 +161,23 @@ def read_trace(path: str | Path, device: str | None = None, steps: int | None = 
         raise WindtunnelError(f"Trace '{path}': no kernel of device '{chosen}' was launched inside a ProfilerStep "
                               "range.", field="trace")
     kinds: dict[str, KindTotal] = defaultdict(KindTotal)
-    for name, cat, _, duration, _ in selected:
+    for name, cat, _, duration, _, _ in selected:
         total = kinds[kernel_kind(name, cat)]
         total.count += 1
         total.seconds += duration * US
         total.names[name] = total.names.get(name, 0.0) + duration * US
     busy = span = 0.0
+    gaps: list[float] = []
     for step in sorted({k[4] for k in selected}):
-        compute = [(s, s + d) for _, cat, s, d, i in selected if i == step and cat not in ("gpu_memcpy", "gpu_memset")]
+        compute = [(s, s + d, stream) for _, cat, s, d, i, stream in selected
+                   if i == step and cat not in ("gpu_memcpy", "gpu_memset")]
         if compute:
-            busy += _union_seconds(compute)
-            span += (max(hi for _, hi in compute) - min(lo for lo, _ in compute)) * US
-    return TraceSummary(str(path), count, step_names, chosen, dict(sorted(kinds.items())), busy, span)
+            busy += _union_seconds([(lo, hi) for lo, hi, _ in compute])
+            span += (max(hi for _, hi, _ in compute) - min(lo for lo, _, _ in compute)) * US
+            for stream in {c[2] for c in compute}:
+                ordered = sorted((lo, hi) for lo, hi, where in compute if where == stream)
+                gaps += [(b[0] - a[1]) * US for a, b in zip(ordered, ordered[1:], strict=False) if b[0] >= a[1]]
+    return TraceSummary(str(path), count, step_names, chosen, dict(sorted(kinds.items())), busy, span, gaps)
 
 
 def _union_seconds(intervals: list[tuple[float, float]]) -> float:
