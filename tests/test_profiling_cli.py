@@ -204,3 +204,11 @@ def test_trace_profile_makes_the_simulator_reproduce_the_traced_compute(tmp_path
     assert after.breakdown["compute"] + after.breakdown["recompute"] == pytest.approx(expected, rel=2e-3)
     assert abs(before.breakdown["compute"] + before.breakdown["recompute"] - expected) > 0.05 * expected
     assert any("profile" in line for line in after.assumptions)
+
+
+def test_fits_are_deterministic():
+    args = ["calibrate", "collectives", str(LOGS / "all_reduce_perf_8xh100.log"),
+            str(LOGS / "all_reduce_perf_2x8xh100.log"), "--hardware", "h100-sxm", "--json"]
+    assert invoke(*args).output == invoke(*args).output
+    trace = ["calibrate", "trace", str(LOGS / "kineto_llama3-8b_h100_2steps.json"), *TRACE_ARGS, "--json"]
+    assert invoke(*trace).output == invoke(*trace).output
