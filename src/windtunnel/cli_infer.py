@@ -31,6 +31,31 @@ def _emit_json(data: dict) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
+class stderr_progress:  # noqa: N801 - used as a context manager like rich's Progress
+    """Progress of a long command on stderr: a rich bar on a terminal, plain lines otherwise."""
+
+    def __enter__(self):
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.tty = sys.stderr.isatty()
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:,}/{task.total:,}"),
+                            TimeElapsedColumn(), console=Console(stderr=True), transient=True, disable=not self.tty)
+        self.bar.__enter__()
+        self.tasks: dict[str, int] = {}
+        return self
+
+    def __call__(self, phase: str, done: int, total: int) -> None:
+        if not self.tty:
+            sys.stderr.write(f"{phase}: {done:,}/{total:,}\n")
+            return
+        if phase not in self.tasks:
+            self.tasks[phase] = self.bar.add_task(phase, total=total)
+        self.bar.update(self.tasks[phase], completed=done, total=total)
+
+    def __exit__(self, *exc) -> None:
+        self.bar.__exit__(*exc)
+
+
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value * 1e3:,.1f}"
 
@@ -114,23 +139,40 @@ def simulate_cmd(
 def search_cmd(
     model: str = MODEL,
     hardware: str = HARDWARE,
-    devices: int = typer.Option(..., help="Device budget."),
+    devices: int = typer.Option(..., help="Device budget (objective goodput: the fixed number of devices)."),
     traffic: str = TRAFFIC,
     slo: str = SLO_OPT,
+    attainment: float = typer.Option(0.99, help="SLO attainment a deployment must reach (fraction of requests)."),
+    objective: str | None = typer.Option(None, help="devices (fewest devices that serve the traffic; default), cost "
+                                         "(lowest cost; default with --price) or goodput (most goodput at the "
+                                         "attainment within --devices)."),
+    price: float | None = typer.Option(None, help="USD per device-hour (reports cost; objective cost)."),
     seed: int = SEED,
     top: int = typer.Option(10, help="Deployments to show."),
-    baseline: str | None = typer.Option(None, help="A deployment to compare with (reports the gain)."),
+    baseline: str | None = typer.Option(None, help="A deployment to compare with at the same offered load."),
     mode: str = typer.Option("both", help="both, disaggregated or colocated."),
-    requests: int = typer.Option(1500, help="Simulate each candidate on the traffic's first N requests (0 = all)."),
+    requests: int = typer.Option(1500, help="Screen candidates on the traffic's first N requests (0 = all); winners "
+                                 "are re-simulated on all of them."),
+    backend: str = typer.Option("local", help="local (processes on this machine) or ray."),
+    address: str | None = typer.Option(None, help="Ray cluster address ('auto' joins a running cluster)."),
     workers: int | None = typer.Option(None, help="Local processes (default: all cores)."),
     as_json: bool = AS_JSON,
     report: Path | None = typer.Option(None, help="Write a self-contained HTML report."),
 ) -> None:
-    """Search deployments within a device budget for the most SLO goodput per device."""
-    from windtunnel.infer.search import search_deployments, search_table, write_search_html
+    """Search deployments within a device budget that serve TRAFFIC at an SLO attainment target (progress on stderr)."""
+    from windtunnel.infer.search import search_deployments
+    from windtunnel.infer.search_report import search_table, write_search_html
+    from windtunnel.search.backends import make_backend
 
-    document = search_deployments(model, hardware, devices, traffic, slo=slo, seed=seed, top=top, baseline=baseline,
-                                  mode=mode, requests=requests or None, workers=workers)
+    runner = make_backend(backend, address=address, workers=workers)
+    try:
+        with stderr_progress() as progress:
+            document = search_deployments(model, hardware, devices, traffic, slo=slo, seed=seed, top=top,
+                                          baseline=baseline, mode=mode, requests=requests or None, workers=workers,
+                                          attainment=attainment, objective=objective or ("cost" if price else "devices"),
+                                          price_per_device_hour=price, backend=runner, progress=progress)
+    finally:
+        runner.close()
     if report is not None:
         write_search_html(document, report)
     if as_json:

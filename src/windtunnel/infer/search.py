@@ -1,4 +1,16 @@
-"""Deployment search: the most SLO goodput per device for a device budget and a traffic.
+"""Deployment search: the fewest devices whose deployment serves the offered traffic at an SLO attainment target.
+
+Objectives (``objective``):
+
+* ``devices`` (default): the fewest devices whose deployment serves the traffic with SLO attainment >=
+  ``attainment`` (default 0.99) and without overload (:func:`windtunnel.infer.metrics.load_summary`); ties go
+  to the higher attainment, then the higher goodput, then the lower TTFT p90.
+* ``cost``: the same with a price per device-hour (``price_per_device_hour``, USD): the lowest cost per hour
+  (the space holds one chip, so the order is the devices order; the figures are reported).
+* ``goodput``: with the ``devices`` budget fixed, the most goodput at the attainment target: each deployment's
+  highest sustainable load (the traffic's arrivals sped up by a factor found by doubling, then bisection) at
+  which it still meets the target; goodput is its goodput there (DistServe's per-GPU goodput, Zhong et al.,
+  OSDI 2024: the maximum request rate served within the SLO attainment goal).
 
 The space (fixed grids, so a larger budget's candidates contain a smaller budget's):
 
@@ -11,18 +23,22 @@ The space (fixed grids, so a larger budget's candidates contain a smaller budget
 * replica counts from a fixed grid (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, ...), every combination
   within the budget.
 
-Every candidate whose weights fit is simulated on the same workload (the first ``requests`` requests of
-the traffic; same seed), so results are exact simulations, not estimates, and the best goodput per
-device can only rise with the budget. Candidates run in parallel local processes. Ranking: goodput per
-device, then goodput. The best co-located and best disaggregated deployments are reported separately;
-``baseline`` is simulated the same way and the best's gain over it reported.
+Method. Candidates are screened in ascending device count on the traffic's first ``requests`` requests
+(same seed; exact simulations); screening stops once ``top`` distinct qualifiers are known and every
+candidate with as few devices as the ``top``-th has been screened. Candidates whose screening results are
+identical (e.g. differing only in a batch limit the traffic never reaches) collapse into the first one
+(``equivalent`` lists the rest). Every winner is then re-simulated on the full traffic; only winners that
+still meet the target there are shown (with their full-traffic figures), and screening resumes when too
+few remain. The baseline is simulated on the full traffic too, so gains compare the same offered load.
+Candidates run on a backend of :mod:`windtunnel.search.backends` (local processes or Ray) through a
+picklable evaluator that carries its own inputs, so every backend gives the same answer.
 """
 
 from __future__ import annotations
 
-import html
-import json
+import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,15 +46,19 @@ from windtunnel.infer.deployment import Deployment, InstanceSpec, parse_deployme
 from windtunnel.infer.metrics import SLO, parse_slo, summarise
 from windtunnel.infer.sim import Simulator
 from windtunnel.infer.traffic import Workload, parse_traffic
-from windtunnel.search.backends import LocalBackend
+from windtunnel.search.backends import make_backend
 from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.hardware import load_hardware
 from windtunnel.specs.model import ModelSpec, load_model
-from windtunnel.specs.yamlio import write_atomic
 
 REPLICA_GRID = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96, 128, 160, 192, 256, 384, 512)
 DEFAULT_REQUESTS = 1500
 MODES = ("both", "disaggregated", "colocated")
+OBJECTIVES = ("devices", "cost", "goodput")
+DEFAULT_ATTAINMENT = 0.99
+MAX_SPEEDUP = 64.0  # goodput objective: loads up to 64x the offered one are tried
+BISECTION_STEPS = 3  # goodput objective: the sustainable speed-up is known to within 2**(1/8) (9%)
+FULL_FAILURES_PER_WINNER = 4  # winners that fail on the full traffic, per winner shown, before giving up
 
 
 @dataclass(frozen=True)
@@ -117,31 +137,57 @@ def candidates(model: ModelSpec, hardware: str, budget: int, mode: str = "both")
     return out
 
 
+
 # ---- evaluation ----------------------------------------------------------------------------------------------
 
-_CONTEXT: dict = {}
+
+def sped_up(workload: Workload, speed: float) -> Workload:
+    """The same requests arriving ``speed`` times as fast (arrival times divided by ``speed``)."""
+    if speed == 1.0:
+        return workload
+    return Workload(workload.arrival / speed, workload.prompt, workload.output, workload.klass, workload.class_names,
+                    workload.description + f" (x{speed:.3g} load)", workload.concurrency, workload.think_s,
+                    list(workload.notes))
 
 
-def _evaluate(item: tuple[int, str, Deployment]) -> dict:
-    """Simulate one candidate (runs in a worker; the model, workload and SLO come from the forked context)."""
-    index, kind, deployment = item
-    model, hardware, workload, slo = (_CONTEXT[k] for k in ("model", "hardware", "workload", "slo"))
-    try:
-        plans = resolve_deployment(model, hardware, deployment)
-    except WindtunnelError as exc:
-        return {"index": index, "kind": kind, "deployment": deployment.text(), "feasible": False,
-                "reason": _reason(str(exc))}
-    devices = sum(p.total_devices for p in plans)
-    transfer = load_hardware(hardware, devices) if deployment.disaggregated else None
-    out = Simulator(model, plans, workload, deployment.router, transfer_cluster=transfer).run()
-    result = summarise(out, model=model.id, hardware=hardware, deployment=deployment.text(), traffic={}, slo=slo,
-                       seed=0, devices=devices, pools=[], class_names=workload.class_names, assumptions=[])
-    return {"index": index, "kind": kind, "deployment": deployment.text(), "feasible": True, "devices": devices,
-            "goodput_per_s": result.goodput_requests_per_s, "goodput_per_s_per_device": result.goodput_per_device,
-            "slo_attainment": result.slo_attainment, "throughput_per_s": result.requests_per_s,
-            "output_tokens_per_s": result.output_tokens_per_s, "ttft_p90_s": result.ttft_s["p90"],
-            "tpot_p90_s": result.tpot_s["p90"], "e2e_p50_s": result.e2e_s["p50"], "preemptions": result.preemptions,
-            "kv_peak_fraction": result.kv_peak_fraction}
+@dataclass
+class Evaluator:
+    """Simulates candidate deployments on one workload. Picklable and self-contained (it carries the model,
+    hardware, workload, SLO and attainment target), so a backend ships it to its workers and every backend
+    gives the same rows."""
+
+    model: ModelSpec
+    hardware: str
+    workload: Workload
+    slo: SLO
+    target: float
+
+    def __call__(self, item: tuple[int, str, Deployment, float]) -> dict:
+        """One candidate ``(index, kind, deployment, speed)`` -> its result row (``feasible`` False with a
+        ``reason`` when it cannot be built)."""
+        index, kind, deployment, speed = item
+        try:
+            plans = resolve_deployment(self.model, self.hardware, deployment)
+        except WindtunnelError as exc:
+            return {"index": index, "kind": kind, "deployment": deployment.text(), "feasible": False,
+                    "reason": _reason(str(exc))}
+        devices = sum(p.total_devices for p in plans)
+        transfer = load_hardware(self.hardware, devices) if deployment.disaggregated else None
+        workload = sped_up(self.workload, speed)
+        out = Simulator(self.model, plans, workload, deployment.router, transfer_cluster=transfer).run()
+        result = summarise(out, model=self.model.id, hardware=self.hardware, deployment=deployment.text(), traffic={},
+                           slo=self.slo, seed=0, devices=devices, pools=[], class_names=workload.class_names,
+                           assumptions=[])
+        load = result.load
+        return {"index": index, "kind": kind, "deployment": deployment.text(), "feasible": True, "devices": devices,
+                "speed": speed, "attainment": result.slo_attainment,
+                "goodput_requests_per_s": result.goodput_requests_per_s, "goodput_per_device": result.goodput_per_device,
+                "served_rate": load["served_rate"], "offered_rate": load["offered_rate"],
+                "overloaded": load["overloaded"], "throughput_requests_per_s": result.requests_per_s,
+                "output_tokens_per_s": result.output_tokens_per_s, "ttft_p90_s": result.ttft_s["p90"],
+                "tpot_p90_s": result.tpot_s["p90"], "e2e_p50_s": result.e2e_s["p50"], "rejected": result.rejected,
+                "preemptions": result.preemptions, "kv_peak_fraction": result.kv_peak_fraction,
+                "meets_target": bool(result.slo_attainment >= self.target - 1e-12 and not load["overloaded"])}
 
 
 def _reason(message: str) -> str:
@@ -150,66 +196,175 @@ def _reason(message: str) -> str:
     return message.split(";")[0][:120]
 
 
-def _rank_key(row: dict) -> tuple:
-    return (-row["goodput_per_s_per_device"], -row["goodput_per_s"], row["devices"], row["index"])
+def _signature(row: dict) -> tuple:
+    """Rows with equal signatures are the same result (a knob the traffic never reaches: a batch limit never hit
+    changes only the KV capacity the activations leave, so the KV fraction is left out)."""
+    return (row["kind"], row["devices"], row["speed"], row["attainment"], row["goodput_requests_per_s"],
+            row["throughput_requests_per_s"], row["output_tokens_per_s"], row["ttft_p90_s"], row["tpot_p90_s"],
+            row["e2e_p50_s"], row["preemptions"], row["rejected"])
 
 
-def search_deployments(model: str | ModelSpec, hardware: str, devices: int, traffic: str | Path | dict | Workload, *,
-                       slo: str | SLO | dict | None = "ttft=2s,tpot=100ms", seed: int = 0, top: int = 10,
-                       baseline: str | None = None, mode: str = "both", requests: int | None = DEFAULT_REQUESTS,
-                       workers: int | None = None) -> dict:
-    """Search deployments of ``model`` on at most ``devices`` devices of ``hardware`` for the most SLO goodput
-    per device on ``traffic`` (its first ``requests`` requests; None = all). Returns a JSON-ready document:
-    ranked ``deployments``, ``best_colocated``, ``best_disaggregated``, ``baseline`` (with ``gain``), counts
-    and timings."""
-    start = time.perf_counter()
-    spec = model if isinstance(model, ModelSpec) else load_model(model)
-    if devices < 1:
-        raise WindtunnelError(f"Field 'devices' must be a positive integer, got {devices}.", field="devices")
-    load_hardware(hardware, devices)
-    slo_spec = parse_slo(slo)
-    workload = traffic if isinstance(traffic, Workload) else parse_traffic(traffic, seed=seed)
-    notes = []
-    if requests is not None and workload.size > requests:
-        workload = _first(workload, requests)
-        notes.append(f"workload: the first {requests:,} requests of the traffic (pass requests=None for all)")
-    items = [(i, kind, dep) for i, (kind, dep) in enumerate(candidates(spec, hardware, devices, mode))]
-    enumerated = len(items)
-    _CONTEXT.update(model=spec, hardware=hardware, workload=workload, slo=slo_spec)
-    backend = LocalBackend(workers)
-    try:
-        rows = backend.map(_evaluate, items)
-        baseline_row = None
-        if baseline:
-            dep = parse_deployment(baseline)
-            kind = "disaggregated" if dep.disaggregated else "colocated"
-            baseline_row = _evaluate((-1, kind, dep))
-    finally:
-        backend.close()
-        _CONTEXT.clear()
-    feasible = sorted((r for r in rows if r["feasible"]), key=_rank_key)
-    infeasible: dict[str, int] = {}
-    for r in rows:
-        if not r["feasible"]:
-            infeasible[r["reason"]] = infeasible.get(r["reason"], 0) + 1
-    for rank, row in enumerate(feasible, start=1):
-        row["rank"] = rank
-    best = {kind: next((r for r in feasible if r["kind"] == kind), None) for kind in ("colocated", "disaggregated")}
-    if baseline_row is not None and baseline_row["feasible"] and feasible:
-        base = baseline_row["goodput_per_s_per_device"]
-        baseline_row["gain"] = (feasible[0]["goodput_per_s_per_device"] / base - 1.0) if base > 0 else None
-    elif baseline_row is not None:
-        baseline_row["gain"] = None
-    return {
-        "model": spec.id, "hardware": hardware, "devices": devices, "mode": mode,
-        "slo": {"ttft_s": slo_spec.ttft_s, "tpot_s": slo_spec.tpot_s}, "seed": seed,
-        "traffic": workload.summary(), "objective": "goodput per device (requests/s meeting the SLO / devices used)",
-        "deployments": feasible[:top], "best_colocated": best["colocated"], "best_disaggregated": best["disaggregated"],
-        "baseline": baseline_row,
-        "max_goodput_per_s": max((r["goodput_per_s"] for r in feasible), default=0.0),
-        "candidates": {"enumerated": enumerated, "simulated": len(feasible), "infeasible": infeasible},
-        "elapsed_s": time.perf_counter() - start, "notes": notes,
-    }
+def _devices_key(row: dict) -> tuple:
+    ttft = row["ttft_p90_s"] if row["ttft_p90_s"] is not None else math.inf
+    return (row["devices"], -row["attainment"], -row["goodput_requests_per_s"], ttft, row["index"])
+
+
+def _goodput_key(row: dict) -> tuple:
+    return (-row["goodput_requests_per_s"], row["devices"], -row["attainment"], row["index"])
+
+
+class _Runner:
+    """Maps an evaluator over items in batches on a backend, counting simulations and reporting progress."""
+
+    def __init__(self, backend, progress: Callable[[str, int, int], None] | None) -> None:
+        self.backend = backend
+        self.progress = progress
+        self.simulations = 0
+        self.batch = max(16, 8 * getattr(backend, "workers", 4))
+
+    def map(self, evaluator: Evaluator, items: list, phase: str, done: int = 0, total: int | None = None) -> list:
+        rows: list = []
+        total = total if total is not None else done + len(items)
+        for start in range(0, len(items), self.batch):
+            chunk = items[start:start + self.batch]
+            rows.extend(self.backend.map(evaluator, chunk))
+            self.simulations += len(chunk)
+            if self.progress:
+                self.progress(phase, done + start + len(chunk), total)
+        return rows
+
+
+def _collapse(rows: list[dict], distinct: dict[tuple, dict]) -> None:
+    """Add feasible rows to ``distinct`` (signature -> first row); a repeat joins its ``equivalent`` list."""
+    for row in rows:
+        if not row["feasible"]:
+            continue
+        key = _signature(row)
+        if key in distinct:
+            distinct[key]["equivalent"].append(row["deployment"])
+        else:
+            row["equivalent"] = []
+            distinct[key] = row
+
+
+# ---- the fewest devices --------------------------------------------------------------------------------------
+
+
+def _fewest_devices(items: list, screen: Evaluator, full: Evaluator | None, runner: _Runner, top: int,
+                    counts: dict) -> tuple[list[dict], list[dict]]:
+    """Screen ``items`` (sorted by devices) in ascending device count until ``top`` distinct qualifiers that
+    hold on the full traffic are known; returns (confirmed winners on the full traffic, screened rows)."""
+    groups: list[list] = []
+    for item in items:
+        if groups and groups[-1][0][3] == item[3]:
+            groups[-1].append(item)
+        else:
+            groups.append([item])
+    distinct: dict[tuple, dict] = {}
+    screened: list[dict] = []
+    failed: set[int] = set()
+    confirmed: dict[int, dict] = {}
+    pos = done = 0
+
+    def alive() -> list[dict]:
+        return sorted((r for r in distinct.values() if r["meets_target"] and r["index"] not in failed), key=_devices_key)
+
+    while True:
+        while pos < len(groups):
+            ranked = alive()
+            if len(ranked) >= top and ranked[top - 1]["devices"] < groups[pos][0][3]:
+                break
+            batch: list = []
+            while pos < len(groups) and len(batch) < runner.batch:
+                batch.extend(groups[pos])
+                pos += 1
+            rows = runner.map(screen, [(i, kind, dep, 1.0) for i, kind, dep, _ in batch], "screen", done, len(items))
+            done += len(batch)
+            screened.extend(rows)
+            _collapse(rows, distinct)
+        want = [r for r in alive()[:top] if r["index"] not in confirmed]
+        if not want or len(failed) >= FULL_FAILURES_PER_WINNER * top:
+            break
+        if full is None:
+            confirmed.update((r["index"], r) for r in want)
+            continue
+        rows = runner.map(full, [(r["index"], r["kind"], parse_deployment(r["deployment"]), 1.0) for r in want],
+                          "re-simulate on the full traffic")
+        for screen_row, row in zip(want, rows, strict=True):
+            row["equivalent"] = screen_row["equivalent"]
+            row["screen"] = {"attainment": screen_row["attainment"], "overloaded": screen_row["overloaded"]}
+            if row["meets_target"]:
+                confirmed[row["index"]] = row
+            else:
+                failed.add(row["index"])
+    counts.update(screened=len(screened), distinct=len(distinct), failed_on_full_traffic=len(failed),
+                  stopped_at_devices=groups[pos - 1][0][3] if pos else 0, screened_all=pos == len(groups))
+    winners = sorted((r for r in confirmed.values() if r["index"] not in failed), key=_devices_key)
+    return winners[:top], screened
+
+
+# ---- the most goodput at the target on a fixed budget ------------------------------------------------------
+
+
+def _most_goodput(items: list, screen: Evaluator, full: Evaluator | None, runner: _Runner, top: int,
+                  counts: dict) -> tuple[list[dict], list[dict]]:
+    """Each distinct candidate's highest sustainable speed-up (doubling, then bisection) at the target; the
+    ``top`` with the most goodput there, re-simulated on the full traffic at that load."""
+    rows = runner.map(screen, [(i, kind, dep, 1.0) for i, kind, dep, _ in items], "screen at the offered load")
+    distinct: dict[tuple, dict] = {}
+    _collapse(rows, distinct)
+    base = sorted(distinct.values(), key=lambda r: r["index"])
+    best: dict[int, dict] = {r["index"]: r for r in base if r["meets_target"]}
+    low: dict[int, float] = {i: 1.0 for i in best}
+    high: dict[int, float] = {}
+    deps = {r["index"]: (r["kind"], parse_deployment(r["deployment"])) for r in base}
+    survivors = sorted(best)
+    if not best:  # nothing serves the offered load: slow the traffic down until something does
+        speed = 0.5
+        while not best and speed >= 1.0 / MAX_SPEEDUP:
+            rows = runner.map(screen, [(r["index"], *deps[r["index"]], speed) for r in base], f"load x{speed:g}")
+            best = {r["index"]: r for r in rows if r["feasible"] and r["meets_target"]}
+            low = {i: speed for i in best}
+            high = {i: speed * 2 for i in best}
+            speed /= 2
+    speed = 2.0
+    while survivors and speed <= MAX_SPEEDUP:
+        rows = runner.map(screen, [(i, *deps[i], speed) for i in survivors], f"load x{speed:g}")
+        survivors = []
+        for row in rows:
+            if row["meets_target"]:
+                best[row["index"]], low[row["index"]] = row, speed
+                survivors.append(row["index"])
+            else:
+                high[row["index"]] = speed
+        speed *= 2
+    finalists = sorted(best.values(), key=_goodput_key)[:2 * top]
+    for _ in range(BISECTION_STEPS):
+        probe = [(r["index"], *deps[r["index"]], math.sqrt(low[r["index"]] * high[r["index"]]))
+                 for r in finalists if r["index"] in high]
+        for row in runner.map(screen, probe, "bisect the sustainable load"):
+            if row["meets_target"]:
+                best[row["index"]], low[row["index"]] = row, row["speed"]
+            else:
+                high[row["index"]] = row["speed"]
+        finalists = sorted((best[r["index"]] for r in finalists), key=_goodput_key)
+    winners = finalists
+    if full is not None and finalists:
+        rows = runner.map(full, [(r["index"], *deps[r["index"]], r["speed"]) for r in finalists],
+                          "re-simulate on the full traffic")
+        winners = []
+        for screen_row, row in zip(finalists, rows, strict=True):
+            row["screen"] = {"attainment": screen_row["attainment"], "overloaded": screen_row["overloaded"]}
+            if row["meets_target"]:
+                winners.append(row)
+        counts["failed_on_full_traffic"] = len(finalists) - len(winners)
+    for row in winners:
+        row["equivalent"] = next(r["equivalent"] for r in base if r["index"] == row["index"])
+    counts.update(screened=len(items), distinct=len(distinct), screened_all=True)
+    return sorted(winners, key=_goodput_key)[:top], list(distinct.values())
+
+
+# ---- the search ------------------------------------------------------------------------------------------------
 
 
 def _first(workload: Workload, n: int) -> Workload:
@@ -218,78 +373,122 @@ def _first(workload: Workload, n: int) -> Workload:
                     workload.think_s, list(workload.notes))
 
 
-# ---- outputs ----------------------------------------------------------------------------------------------------
+def _priced(row: dict | None, price: float | None) -> None:
+    if row is not None and row.get("feasible", True) and price is not None:
+        row["cost_per_hour"] = row["devices"] * price
+        served = row["goodput_requests_per_s"]
+        row["cost_per_million_good_requests"] = row["cost_per_hour"] / (served * 3600.0) * 1e6 if served > 0 else None
 
 
-def _row_text(row: dict) -> str:
-    return (f"{row['deployment']}: {row['devices']} devices, goodput {row['goodput_per_s']:.3f} req/s "
-            f"({row['goodput_per_s_per_device']:.4f} per device), SLO attainment {row['slo_attainment']:.1%}")
+def _gain(best: dict | None, base: dict | None) -> dict | None:
+    """The best against the baseline at the same offered load (the full traffic)."""
+    if best is None or base is None or not base["feasible"]:
+        return None
+    goodput = base["goodput_requests_per_s"]
+    return {"devices_saved": base["devices"] - best["devices"], "devices_ratio": best["devices"] / base["devices"],
+            "goodput": best["goodput_requests_per_s"] / goodput - 1.0 if goodput > 0 else None,
+            "attainment_points": best["attainment"] - base["attainment"], "baseline_meets_target": base["meets_target"],
+            "offered_rate": base["offered_rate"], "speed": best["speed"]}
 
 
-def search_table(document: dict, console) -> None:
-    """Ranked deployments, the best of each kind, the baseline, counts and time."""
-    from rich.table import Table
-
-    table = Table(title=f"best deployments: {document['model']} on <= {document['devices']} x {document['hardware']}")
-    for column in ("#", "deployment", "dev", "goodput/dev", "goodput", "SLO met", "TTFT p90 ms", "TPOT p90 ms"):
-        table.add_column(column, overflow="fold", justify="left" if column == "deployment" else "right")
-    for row in document["deployments"]:
-        table.add_row(str(row["rank"]), row["deployment"], str(row["devices"]), f"{row['goodput_per_s_per_device']:.4f}",
-                      f"{row['goodput_per_s']:.3f}", f"{row['slo_attainment']:.1%}",
-                      "-" if row["ttft_p90_s"] is None else f"{row['ttft_p90_s'] * 1e3:,.0f}",
-                      "-" if row["tpot_p90_s"] is None else f"{row['tpot_p90_s'] * 1e3:,.1f}")
-    console.print(table)
-    for kind in ("colocated", "disaggregated"):
-        row = document[f"best_{kind}"]
-        console.print(f"best {kind}: " + (_row_text(row) if row else "none feasible"))
-    baseline = document.get("baseline")
-    if baseline:
-        if not baseline["feasible"]:
-            console.print(f"baseline {baseline['deployment']}: infeasible ({baseline['reason']})")
-        else:
-            gain = baseline.get("gain")
-            console.print(f"baseline {_row_text(baseline)}; best is "
-                          + (f"{gain:+.1%} goodput per device" if gain is not None else "not comparable (zero goodput)"))
-    counts = document["candidates"]
-    console.print(f"candidates: {counts['enumerated']:,} enumerated, {counts['simulated']:,} simulated, "
-                  + ", ".join(f"{n} {reason}" for reason, n in counts["infeasible"].items())
-                  + f"; {document['elapsed_s']:.1f} s")
-    for note in document["notes"]:
-        console.print(f"note: {note}")
-
-
-def write_search_html(document: dict, path: str | Path) -> None:
-    """A self-contained HTML report: ranked table, best of each kind, goodput per device against devices."""
-    import plotly.graph_objects as go
-    from plotly.io import to_html
-
-    rows = document["deployments"]
-    figure = go.Figure()
-    for kind in ("colocated", "disaggregated"):
-        chosen = [r for r in rows if r["kind"] == kind]
-        figure.add_trace(go.Scatter(x=[r["devices"] for r in chosen], y=[r["goodput_per_s_per_device"] for r in chosen],
-                                    mode="markers", name=kind, text=[r["deployment"] for r in chosen]))
-    figure.update_layout(title="Goodput per device of the best deployments", xaxis_title="devices",
-                         yaxis_title="goodput per device (req/s)")
-    table = "".join(
-        f"<tr><td>{r['rank']}</td><td><code>{html.escape(r['deployment'])}</code></td><td>{r['kind']}</td>"
-        f"<td>{r['devices']}</td><td>{r['goodput_per_s_per_device']:.4f}</td><td>{r['goodput_per_s']:.3f}</td>"
-        f"<td>{r['slo_attainment']:.1%}</td></tr>" for r in rows)
-    best = "".join(f"<li>best {kind}: {html.escape(_row_text(document[f'best_{kind}']))}</li>"
-                   for kind in ("colocated", "disaggregated") if document[f"best_{kind}"])
-    baseline = document.get("baseline")
-    if baseline and baseline.get("feasible"):
-        gain = baseline.get("gain")
-        best += (f"<li>baseline {html.escape(_row_text(baseline))}; best "
-                 + (f"<b>{gain:+.1%}</b>" if gain is not None else "n/a") + " goodput per device</li>")
-    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>windtunnel serving search</title>
-<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px}}</style>
-</head><body><h1>Serving search: {html.escape(document['model'])} on up to {document['devices']} x
-{html.escape(document['hardware'])}</h1><p>SLO: TTFT {document['slo']['ttft_s']} s, TPOT {document['slo']['tpot_s']} s;
-traffic: {html.escape(str(document['traffic']['description']))} ({document['traffic']['requests']} requests)</p>
-<ul>{best}</ul><table><tr><th>#</th><th>deployment</th><th>kind</th><th>devices</th><th>goodput/device</th>
-<th>goodput req/s</th><th>SLO met</th></tr>{table}</table>
-<h2>Candidates</h2><pre>{html.escape(json.dumps(document['candidates'], indent=1))}</pre>
-{to_html(figure, full_html=False, include_plotlyjs=True)}</body></html>"""
-    write_atomic(path, page)
-
+def search_deployments(model: str | ModelSpec, hardware: str, devices: int, traffic: str | Path | dict | Workload, *,
+                       slo: str | SLO | dict | None = "ttft=2s,tpot=100ms", seed: int = 0, top: int = 10,
+                       baseline: str | None = None, mode: str = "both", requests: int | None = DEFAULT_REQUESTS,
+                       workers: int | None = None, attainment: float = DEFAULT_ATTAINMENT, objective: str = "devices",
+                       price_per_device_hour: float | None = None, backend="local", address: str | None = None,
+                       progress: Callable[[str, int, int], None] | None = None) -> dict:
+    """Search deployments of ``model`` on at most ``devices`` devices of ``hardware`` that serve ``traffic`` with
+    SLO attainment >= ``attainment`` (see the module docstring for the objectives). ``backend``: 'local', 'ray'
+    or an object with ``map``/``close``. ``progress(phase, done, total)`` is called as candidates finish.
+    Returns a JSON-ready document: ``feasible`` (False with a ``reason`` when nothing qualifies),
+    ``deployments`` (winners, re-simulated on the full traffic), ``best``, ``best_colocated``,
+    ``best_disaggregated``, ``baseline`` (with ``gain``), counts and timings."""
+    start = time.perf_counter()
+    spec = model if isinstance(model, ModelSpec) else load_model(model)
+    if devices < 1:
+        raise WindtunnelError(f"Field 'devices' must be a positive integer, got {devices}.", field="devices")
+    if objective not in OBJECTIVES:
+        raise WindtunnelError(f"Field 'objective' is '{objective}'; valid: {', '.join(OBJECTIVES)}.", field="objective")
+    if not 0.0 < attainment <= 1.0:
+        raise WindtunnelError(f"Field 'attainment' is {attainment}; valid: a fraction in (0, 1], e.g. 0.99.",
+                              field="attainment")
+    if objective == "cost" and price_per_device_hour is None:
+        raise WindtunnelError("Objective 'cost' needs a price (field 'price': USD per device-hour, e.g. --price 2.5).",
+                              field="price")
+    if price_per_device_hour is not None and not price_per_device_hour > 0:
+        raise WindtunnelError(f"Field 'price' is {price_per_device_hour}; valid: a positive USD per device-hour.",
+                              field="price")
+    if top < 1:
+        raise WindtunnelError(f"Field 'top' must be a positive integer, got {top}.", field="top")
+    load_hardware(hardware, devices)
+    slo_spec = parse_slo(slo)
+    workload = traffic if isinstance(traffic, Workload) else parse_traffic(traffic, seed=seed)
+    if workload.concurrency is not None and objective == "goodput":
+        raise WindtunnelError("Objective 'goodput' speeds up the arrivals; a closed-loop traffic has none (field "
+                              "'traffic': use poisson, gamma or a trace).", field="traffic")
+    notes = []
+    screen_workload = workload
+    if requests is not None and workload.size > requests:
+        screen_workload = _first(workload, requests)
+        notes.append(f"screening on the first {requests:,} of {workload.size:,} requests; winners and the baseline "
+                     "re-simulated on all of them")
+    cands = candidates(spec, hardware, devices, mode)
+    # (index, kind, deployment, devices), by devices: the candidates' own plan keys give their device counts
+    items = sorted(((i, kind, dep, sum(g.replicas * (g.tp or 1) * (g.dp or 1) * g.pp for g in dep.groups))
+                    for i, (kind, dep) in enumerate(cands)), key=lambda item: (item[3], item[0]))
+    screen = Evaluator(spec, hardware, screen_workload, slo_spec, attainment)
+    full = Evaluator(spec, hardware, workload, slo_spec, attainment) if screen_workload is not workload else None
+    runner_backend = backend if hasattr(backend, "map") else make_backend(backend, address=address, workers=workers)
+    runner = _Runner(runner_backend, progress)
+    counts: dict = {"enumerated": len(items)}
+    try:
+        search = _most_goodput if objective == "goodput" else _fewest_devices
+        winners, screened = search(items, screen, full, runner, top, counts)
+        baseline_row = None
+        if baseline:
+            dep = parse_deployment(baseline)
+            kind = "disaggregated" if dep.disaggregated else "colocated"
+            baseline_row = (full or screen)((-1, kind, dep, 1.0))
+    finally:
+        if runner_backend is not backend:
+            runner_backend.close()
+    infeasible: dict[str, int] = {}
+    for r in screened:
+        if not r["feasible"]:
+            infeasible[r["reason"]] = infeasible.get(r["reason"], 0) + 1
+    counts["infeasible"] = infeasible
+    counts["simulations"] = runner.simulations + (1 if baseline else 0)
+    for rank, row in enumerate(winners, start=1):
+        row["rank"] = rank
+        _priced(row, price_per_device_hour)
+    _priced(baseline_row, price_per_device_hour)
+    best = winners[0] if winners else None
+    if baseline_row is not None and baseline_row["feasible"]:
+        baseline_row["gain"] = _gain(best, baseline_row)
+    offered = workload.summary()["mean_rate_per_s"]
+    reason = None
+    closest = None
+    if best is None:
+        simulated = [r for r in screened if r["feasible"]]
+        closest = max(simulated, key=lambda r: (r["attainment"], -r["devices"], -r["index"]), default=None)
+        rate = f" at {offered:.2f} req/s offered" if offered else ""
+        reason = (f"cannot be served within {devices} devices: no deployment reaches {attainment:.1%} SLO attainment "
+                  f"({slo_spec.text()}){rate} without overload")
+        if closest is not None:
+            reason += f"; the closest, {closest['deployment']} ({closest['devices']} devices), reaches " \
+                      f"{closest['attainment']:.1%}"
+    label = {"devices": f"fewest devices with SLO attainment >= {attainment:.1%} at the offered load, not overloaded",
+             "cost": f"lowest cost per hour (USD {price_per_device_hour} per device-hour) with SLO attainment >= "
+                     f"{attainment:.1%} at the offered load, not overloaded",
+             "goodput": f"most goodput at SLO attainment >= {attainment:.1%} within {devices} devices (highest "
+                        "sustainable load, arrivals sped up)"}[objective]
+    return {
+        "model": spec.id, "hardware": hardware, "devices": devices, "mode": mode, "objective": objective,
+        "objective_text": label, "attainment_target": attainment, "price_per_device_hour": price_per_device_hour,
+        "slo": {"ttft_s": slo_spec.ttft_s, "tpot_s": slo_spec.tpot_s}, "seed": seed, "traffic": workload.summary(),
+        "offered_rate": offered, "feasible": best is not None, "reason": reason, "closest": closest,
+        "deployments": winners, "best": best,
+        "best_colocated": next((r for r in winners if r["kind"] == "colocated"), None),
+        "best_disaggregated": next((r for r in winners if r["kind"] == "disaggregated"), None),
+        "baseline": baseline_row, "candidates": counts, "elapsed_s": time.perf_counter() - start, "notes": notes,
+    }
