@@ -38,18 +38,20 @@ def _old_place_group(size: int, stride: int, cluster) -> tuple[tuple[int, int], 
 
 
 def _old_time(kind: str, message: float, size: int, levels, cluster, eff) -> float:
-    """The collective times before uneven groups were handled, on (tier, members) levels."""
+    """The collective times before uneven groups were handled, on (tier, members) levels (a ring of
+    ``members`` parties drives ``members - 1`` links of a full-mesh tier)."""
 
     def ring(members, data, tier, passes):
         chunk = data / members
         steps = passes * (members - 1)
-        return steps * chunk / _tier_bandwidth(cluster, tier, eff, chunk) + steps * cluster.tiers[tier].latency
+        return (steps * chunk / _tier_bandwidth(cluster, tier, eff, chunk, members)
+                + steps * cluster.tiers[tier].latency)
 
     if kind == "all_to_all":
         worst, inside = 0.0, 1
         for tier, members in levels:
             share = (inside * members - inside) / size
-            bandwidth = _tier_bandwidth(cluster, tier, eff, message / size)
+            bandwidth = _tier_bandwidth(cluster, tier, eff, message / size, members)
             worst = max(worst, message * share / bandwidth + (members - 1) * cluster.tiers[tier].latency)
             inside *= members
         return worst

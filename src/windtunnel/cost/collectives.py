@@ -107,8 +107,20 @@ def _levels(size: int, stride: int, domain_sizes: tuple[int, ...], devices: int)
     return tuple(levels)
 
 
-def _tier_bandwidth(cluster: Cluster, tier: int, eff: Efficiency, message_bytes: float) -> float:
-    base = cluster.tiers[tier].bandwidth * (eff.scale_up if tier == 0 else eff.scale_out)
+def tier_bandwidth(cluster: Cluster, tier: int, eff: Efficiency, parties: int = 0) -> float:
+    """Bytes/s per direction one device sustains on ``tier`` for large messages exchanged among ``parties``
+    devices of its domain (0: as many as the domain holds). On a switched tier any group gets the device's
+    whole bandwidth; on a full mesh a device reaches each peer over its own link, so ``parties`` devices
+    use ``parties - 1`` of the domain's ``size - 1`` links (HCCS: 8 NPUs, 7 links; a 4-rank group gets 3/7)."""
+    spec = cluster.tiers[tier]
+    base = spec.bandwidth * (eff.scale_up if tier == 0 else eff.scale_out)
+    if spec.topology == "mesh" and parties and spec.size and spec.size > 1:
+        base *= min(1.0, (parties - 1) / (spec.size - 1))
+    return base
+
+
+def _tier_bandwidth(cluster: Cluster, tier: int, eff: Efficiency, message_bytes: float, parties: int = 0) -> float:
+    base = tier_bandwidth(cluster, tier, eff, parties)
     # Small messages do not fill the pipe (protocol overhead, chunking): a saturating curve.
     return base * message_bytes / (message_bytes + eff.half_message_bytes)
 
@@ -125,7 +137,7 @@ def _phase(level: Level, message_bytes: float, cluster: Cluster, eff: Efficiency
     if steps <= 0 or message_bytes <= 0:
         return 0.0
     data = passes * message_bytes * (1.0 / level.inside - 1.0 / level.reach)
-    bandwidth = _tier_bandwidth(cluster, level.tier, eff, data / steps)
+    bandwidth = _tier_bandwidth(cluster, level.tier, eff, data / steps, level.joined)
     return data / bandwidth + steps * cluster.tiers[level.tier].latency
 
 
@@ -160,14 +172,12 @@ def collective_time(kind: str, message_bytes: float, group: GroupPlacement, clus
                 # A deduplicating dispatcher sends a token across this tier once per distinct remote
                 # sub-domain (a rank on the innermost tier, a node beyond it), not once per copy.
                 share = distinct_remote_domains(level.joined, fanout) / fanout * (level.reach / group.size)
-            bandwidth = _tier_bandwidth(cluster, level.tier, eff, message_bytes / group.size)
+            bandwidth = _tier_bandwidth(cluster, level.tier, eff, message_bytes / group.size, level.joined)
             latency = (level.joined - 1) * cluster.tiers[level.tier].latency
             worst = max(worst, message_bytes * share / bandwidth + latency)
         return worst
     if kind == "send_recv":
-        tier = group.outermost_tier
-        bandwidth = _tier_bandwidth(cluster, tier, eff, message_bytes)
-        return message_bytes / bandwidth + cluster.tiers[tier].latency
+        return p2p_time(message_bytes, group.outermost_tier, cluster, eff)
     raise ValueError(f"unknown collective '{kind}'")
 
 
@@ -221,7 +231,8 @@ def tree_all_reduce_time(message_bytes: float, group: GroupPlacement, cluster: C
     if group.size <= 1 or message_bytes <= 0:
         return 0.0
     tier = group.outermost_tier
-    bandwidth = _tier_bandwidth(cluster, tier, eff, message_bytes) * eff.tree_bandwidth_factor
+    # A tree edge is one link on a full mesh (parties 2).
+    bandwidth = _tier_bandwidth(cluster, tier, eff, message_bytes, 2) * eff.tree_bandwidth_factor
     depth = math.ceil(math.log2(group.size))
     return 2.0 * message_bytes / bandwidth + 2.0 * depth * cluster.tiers[tier].latency
 
@@ -230,4 +241,4 @@ def p2p_time(message_bytes: float, tier: int, cluster: Cluster, eff: Efficiency)
     """Seconds for a point-to-point transfer over ``tier``."""
     if message_bytes <= 0:
         return 0.0
-    return message_bytes / _tier_bandwidth(cluster, tier, eff, message_bytes) + cluster.tiers[tier].latency
+    return message_bytes / _tier_bandwidth(cluster, tier, eff, message_bytes, 2) + cluster.tiers[tier].latency

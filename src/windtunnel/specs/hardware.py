@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 
@@ -62,7 +63,14 @@ class Chip(BaseModel):
 
 
 class Tier(BaseModel):
-    """One level of the topology: ``size`` devices share this link class (None = the whole cluster)."""
+    """One level of the topology: ``size`` devices share this link class (None = the whole cluster).
+
+    ``bandwidth`` is what one device can send (bytes/s per direction) over all its links of this tier.
+    ``topology`` says how: ``switched`` (NVSwitch, a Clos of UB or IB switches) gives any group of the
+    domain that whole bandwidth; ``mesh`` (a full mesh such as HCCS in an 8-NPU Atlas 800T A2 node) is
+    one dedicated link to each of the domain's other ``size - 1`` devices, so a transfer among ``g``
+    devices of the domain drives only ``g - 1`` of them and a point-to-point transfer one.
+    """
 
     model_config = ConfigDict(extra="forbid")
     name: str
@@ -70,6 +78,7 @@ class Tier(BaseModel):
     bandwidth: PositiveFloat
     latency: float = Field(ge=0.0)
     link: str = ""
+    topology: Literal["switched", "mesh"] = "switched"
 
 
 class ClusterSpec(BaseModel):

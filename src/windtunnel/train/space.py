@@ -369,7 +369,7 @@ class Screen:
     def _pieces(self, tp: int, cp: int, dp: int, pp: int, ep: int, order: str) -> tuple:
         key = (tp, cp, dp, pp, ep, order)
         if key not in self._groups:
-            from windtunnel.cost.collectives import affine_pieces
+            from windtunnel.cost.collectives import affine_pieces, tier_bandwidth
 
             cluster = self.space.cluster
             placement = place_plan(Plan(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, order=order), cluster)
@@ -379,7 +379,7 @@ class Screen:
                 pieces[("edp", kind)] = affine_pieces(kind, placement.expert_dp, cluster, self.eff)
             tier = placement.pp_tier
             p2p_a = cluster.tiers[tier].latency
-            base = cluster.tiers[tier].bandwidth * (self.eff.scale_up if tier == 0 else self.eff.scale_out)
+            base = tier_bandwidth(cluster, tier, self.eff, parties=2)
             # p2p_time(M) = M / (base * M / (M + half)) + latency = (M + half) / base + latency
             pieces["p2p"] = [(p2p_a + self.eff.half_message_bytes / base, 1.0 / base)] if pp > 1 else [(0.0, 0.0)]
             self._groups[key] = pieces
