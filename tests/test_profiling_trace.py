@@ -56,7 +56,9 @@ def llama_job(plan: str = "tp=1,pp=1,mbs=1", global_batch: int = 16, framework: 
     ("void multi_tensor_apply_kernel<TensorListMetadata<4>, AdamFunctor<float>, float*, float>", "optimizer"),
     ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>>", "memory"),
     ("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0", "memory"),
-    ("RmsNorm", "memory"), ("Cast", "memory"),
+    ("RmsNorm", "memory"), ("Cast", "memory"), ("aclnnAdd_AddAiCore_Add", "memory"),
+    ("aclnnMm_MatMulCommon_MatMulV2", "gemm"), ("aclnnFlashAttentionScoreGrad_FlashAttentionScoreGrad", "attention.bwd"),
+    ("aclnnApplyAdamWV2_ApplyAdamWV2", "optimizer"),
     ("void my_custom_fused_op_kernel<256>(float const*, float*, int)", "other"),
 ])
 def test_kernel_names_map_to_operator_kinds(name, kind):

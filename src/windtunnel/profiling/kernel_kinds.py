@@ -53,10 +53,13 @@ _GEMM = re.compile(r"gemm|cutlass|nvjet|cublas|xmma|s16816|h16816|splitKreduce|M
                    r"wgmma|gemv", re.I)
 _MEMORY = re.compile(r"elementwise|reduce_kernel|reduction|norm|softmax|cross_entropy|crossentropy|rotary|rope|"
                      r"gelu|silu|swiglu|swish|relu|dropout|cast|transpose|copy|CatArray|cat_|index|gather|scatter|"
-                     r"embedding|fill|triton_(?:poi|red|per)_|where|bias|scale|amax|quantize|topk|sort|cumsum|"
-                     r"^(?:Add|Mul|Sub|Div|Cast|RmsNorm|RmsNormGrad|LayerNorm\w*|SoftmaxV2|Transpose|"
-                     r"TransData|ConcatD|Slice|StridedSlice\w*|Tile|ZerosLike|Fill|ReduceSum\w*|Sigmoid|"
-                     r"SwiGlu\w*|RotaryMul\w*|Gelu\w*)$", re.I)
+                     r"embedding|fill|triton_(?:poi|red|per)_|where|bias|scale|amax|quantize|topk|sort|cumsum", re.I)
+# CANN vector operator types; torch_npu traces name a task by them alone (``Add``) or joined with the aclnn
+# API and the kernel (``aclnnAdd_AddAiCore_Add``), so any ``_``-separated part counts.
+_ASCEND_VECTOR = re.compile(r"(?:Add|AddAiCore|Mul|Muls|Sub|Div|RealDiv|Cast|RmsNorm|RmsNormGrad|LayerNorm\w*|"
+                            r"SoftmaxV2|SoftmaxGrad\w*|Transpose|TransData|ConcatD|Slice|StridedSlice\w*|Tile|"
+                            r"ZerosLike|Fill|ReduceSum\w*|Sigmoid|SwiGlu\w*|RotaryMul\w*|Gelu\w*|Exp|Sqrt|Rsqrt|"
+                            r"Neg|Maximum|Minimum|Select|MaskedFill|Pow)")
 
 
 def kernel_kind(name: str, category: str = "kernel") -> str:
@@ -75,6 +78,6 @@ def kernel_kind(name: str, category: str = "kernel") -> str:
         return "optimizer"
     if _GEMM.search(name):
         return "gemm"
-    if _MEMORY.search(name):
+    if _MEMORY.search(name) or any(_ASCEND_VECTOR.fullmatch(part) for part in name.split("_")):
         return "memory"
     return "other"
