@@ -53,7 +53,11 @@ def test_calibrate_collectives_json_contract_and_profile(tmp_path):
     doc = json.loads(result.output)
     assert doc["rows_used"] == 32 and 0 < doc["loo_median_abs_error"] < 0.05
     params = {p["name"]: p for p in doc["parameters"]}
-    assert set(params) == {"comm.scale_up_efficiency", "comm.scale_out_efficiency", "comm.half_message_bytes"}
+    assert set(params) == {"comm.scale_up_efficiency", "comm.scale_out_efficiency", "comm.half_message_bytes",
+                           "comm.tree_bandwidth_factor"}
+    # The model runs the 16-rank all-reduce as a double binary tree at some sizes: its factor is seen
+    # (the logs were generated at the prior 0.5).
+    assert params["comm.tree_bandwidth_factor"]["value"] == pytest.approx(0.5, rel=0.05)
     for p in params.values():
         assert {"name", "value", "prior", "bounds", "identified"} <= set(p)
     assert params["comm.scale_out_efficiency"]["value"] == pytest.approx(0.88, rel=0.05)

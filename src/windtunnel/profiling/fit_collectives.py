@@ -5,8 +5,8 @@ Each table row is predicted with the simulator's own collective model
 step's bandwidth ``line rate * tier efficiency * m / (m + half_message_bytes)`` plus the tier's latency)
 for the benchmark's group (its ranks and hosts; each host one scale-up domain on clusters of nodes, the
 ranks filling rack-scale domains in order on NVL72 / CloudMatrix384, or as ``domain_ranks`` says),
-and the parameters ``comm.scale_up_efficiency``, ``comm.scale_out_efficiency`` and
-``comm.half_message_bytes`` are fitted by bounded least squares on log time with a weak pull towards the
+and the parameters ``comm.scale_up_efficiency``, ``comm.scale_out_efficiency``, ``comm.half_message_bytes``
+and ``comm.tree_bandwidth_factor`` (where the model runs some rows as a double binary tree) are fitted by bounded least squares on log time with a weak pull towards the
 catalog priors. A parameter no row is sensitive to (the scale-out efficiency of a single-node log) keeps
 its prior and is reported unidentified. Tier latencies are the cluster's (catalog/hardware), not fitted:
 the smallest messages' measured times are reported beside the model's for comparison.
@@ -28,9 +28,10 @@ from windtunnel.profiling.collective_bench import BenchLog, BenchRow, bus_factor
 from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.hardware import Cluster, load_hardware
 
-NAMES = ("comm.scale_up_efficiency", "comm.scale_out_efficiency", "comm.half_message_bytes")
+NAMES = ("comm.scale_up_efficiency", "comm.scale_out_efficiency", "comm.half_message_bytes",
+         "comm.tree_bandwidth_factor")
 _FIELDS = {"comm.scale_up_efficiency": "scale_up", "comm.scale_out_efficiency": "scale_out",
-           "comm.half_message_bytes": "half_message_bytes"}
+           "comm.half_message_bytes": "half_message_bytes", "comm.tree_bandwidth_factor": "tree_bandwidth_factor"}
 PRIOR_WEIGHT = 0.01  # weight of log(value/prior)^2 against one row's squared log-time residual
 # A parameter is identified when a 10% change of it moves some row's predicted time by >= 0.5%.
 SENSITIVITY = 0.05
