@@ -6,9 +6,11 @@ step's bandwidth ``line rate * tier efficiency * m / (m + half_message_bytes)`` 
 for the benchmark's group (its ranks and hosts; each host one scale-up domain on clusters of nodes, the
 ranks filling rack-scale domains in order on NVL72 / CloudMatrix384, or as ``domain_ranks`` says),
 and the parameters ``comm.scale_up_efficiency``, ``comm.scale_out_efficiency``, ``comm.half_message_bytes``
-and ``comm.tree_bandwidth_factor`` (where the model runs some rows as a double binary tree) are fitted by bounded least squares on log time with a weak pull towards the
-catalog priors. A parameter no row is sensitive to (the scale-out efficiency of a single-node log) keeps
-its prior and is reported unidentified. Tier latencies are the cluster's (catalog/hardware), not fitted:
+and ``comm.tree_bandwidth_factor`` (where the model runs some rows as a double binary tree) are fitted by
+bounded least squares on log time with a weak pull towards the catalog priors. A parameter no row is
+sensitive to (the scale-out efficiency of a single-node log), or one the rows cannot tell apart from the
+others (one two-node curve fixes a combination of both tiers), keeps its prior and is reported
+unidentified. Tier latencies are the cluster's (catalog/hardware), not fitted:
 the smallest messages' measured times are reported beside the model's for comparison.
 """
 
