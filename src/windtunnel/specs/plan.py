@@ -62,6 +62,10 @@ class Plan(BaseModel):
     # backward, the copies overlapping the neighbouring layers' compute. As in Megatron it needs
     # pp=1, no recomputation and no CUDA graphs; with it the recompute default is none.
     offload_layers: int = Field(default=0, ge=0)
+    # Fine-grained activation offloading (Megatron's --fine-grained-activation-offloading
+    # --offload-modules): the named modules of every layer keep their saved activations in host
+    # memory, '+'-separated: attn_norm, qkv_linear, core_attn, attn_proj, mlp_norm, expert_fc1, moe_act.
+    offload_modules: str = ""
     # Multi-token prediction modules trained (Megatron's --mtp-num-layers; DeepSeek-V3 trains one):
     # each runs one more transformer layer, a projection and the shared output layer and loss on
     # the last pipeline stage. None: the model's own count (mtp_layers).
@@ -109,6 +113,8 @@ class Plan(BaseModel):
             parts.append(f"moments={self.moments}")
         if self.offload_layers:
             parts.append(f"offload_layers={self.offload_layers}")
+        if self.offload_modules:
+            parts.append(f"offload_modules={self.offload_modules}")
         if self.order != "tp-cp-dp-pp":
             parts.append(f"order={self.order}")
         if self.mtp is not None:
@@ -142,6 +148,8 @@ class Plan(BaseModel):
             parts.append("ep_overlap")
         if self.offload_layers:
             parts.append(f"offload_layers={self.offload_layers}")
+        if self.offload_modules:
+            parts.append(f"offload_modules={self.offload_modules}")
         for name in ("precision", "cuda_graphs", "grads", "moments", "order", "mtp", "layout"):
             if getattr(self, name) != getattr(default, name):
                 parts.append(f"{name}={getattr(self, name)}")
@@ -170,6 +178,7 @@ _ALIASES = {
     "recompute-modules": "recompute_modules", "modules": "recompute_modules",
     "grad_dtype": "grads", "main_grads": "grads", "main_grads_dtype": "grads",
     "moments_dtype": "moments", "exp_avg_dtype": "moments", "adam_moments": "moments",
+    "offload-modules": "offload_modules",
     "cpu_offloading_num_layers": "offload_layers", "offload": "offload_layers", "offload-layers": "offload_layers",
     "mtp_num_layers": "mtp", "mtp_layers": "mtp", "mtp-num-layers": "mtp",
     "pipeline_model_parallel_layout": "layout", "pp_layout": "layout", "pipeline-model-parallel-layout": "layout",
@@ -208,7 +217,7 @@ def parse_plan(text: str | dict | Plan) -> Plan:
         if key == "zero" and isinstance(value, str) and value.lower() in ("true", "false"):
             value = 1 if value.lower() == "true" else 0
         if key in ("recompute", "schedule", "precision", "dispatcher", "cuda_graphs", "order", "recompute_modules",
-                   "grads", "moments") and isinstance(value, str):
+                   "grads", "moments", "offload_modules") and isinstance(value, str):
             value = value.lower()
         data[key] = value
     from windtunnel.specs.validation import build
@@ -356,6 +365,13 @@ def _check_batch(plan: Plan, devices: int, seq_len: int, global_batch: int, dp: 
         if bad:
             fail("recompute_modules", f"Plan field 'recompute_modules' has unknown module(s) {', '.join(bad)}; valid: "
                  f"{', '.join(RECOMPUTE_MODULES)}, joined by '+' (e.g. layernorm+moe_act).")
+    if plan.offload_modules:
+        from windtunnel.train.memory import OFFLOAD_MODULES
+
+        bad = [m for m in plan.offload_modules.split("+") if m not in OFFLOAD_MODULES]
+        if bad:
+            fail("offload_modules", f"Plan field 'offload_modules' has unknown module(s) {', '.join(bad)}; valid: "
+                 f"{', '.join(OFFLOAD_MODULES)}, joined by '+' (e.g. expert_fc1+moe_act).")
     if plan.recompute_layers > 0 and plan.recompute != "full":
         fail("recompute_layers", "recompute_layers applies to recompute=full only.")
     return plan.model_copy(update={"dp": dp})
