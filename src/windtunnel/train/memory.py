@@ -199,19 +199,50 @@ def op_checkpoint_saved_bytes(graph, model, cp: int = 1, tp: int = 1) -> float:
     return saved
 
 
-def layer_saved_bytes(builder, kind: str, mode: str) -> float:
+# Megatron-Core's fine-grained activation offloading (--fine-grained-activation-offloading
+# --offload-modules; docs/source/api-guide/fine_grained_activation_offloading.md, PR #1913): each named
+# module's saved-for-backward tensors go to host memory once its forward is done and come back before
+# its backward, the copies overlapping compute. Module -> the graph operators whose saved bytes those are.
+OFFLOAD_MODULES = {
+    "attn_norm": ("attn_norm",),
+    "qkv_linear": ("qkv_proj", "q_down_proj", "kv_down_proj"),
+    "core_attn": ("core_attention", "core_attention_ring"),
+    "attn_proj": ("out_proj",),
+    "mlp_norm": ("mlp_norm", "moe_norm"),
+    "expert_fc1": ("experts.up_proj",),
+    "moe_act": ("experts.act", "experts.act_clamp"),
+}
+
+
+def offloaded_module_bytes(builder, kind: str, mode: str) -> float:
+    """Bytes of one layer's saved activations (per micro-batch) that the plan's ``offload_modules``
+    send to host memory; what recomputation already drops is not saved, so not offloaded."""
+    from windtunnel.train.layers import recompute_selection
+
+    modules = builder.plan.offload_modules
+    if not modules or kind not in LAYER_MODULES or mode == "full":
+        return 0.0
+    graph = builder.forward_graphs[kind]
+    names = {name for module in modules.split("+") for name in OFFLOAD_MODULES[module]}
+    dropped = recompute_selection(graph, mode)[1] if mode.startswith("selective") else set()
+    return sum(op.saved_bytes for i, op in enumerate(graph.ops) if op.name in names and i not in dropped)
+
+
+def layer_saved_bytes(builder, kind: str, mode: str, *, offloaded: bool = True) -> float:
     """Activation bytes a module keeps for its backward under a recompute mode (per micro-batch), as
     the builder's stack runs that mode: a stack whose ``memory.selective_policy`` is 'op' keeps what
     torchtitan's op-level policy saves (:func:`op_checkpoint_saved_bytes`) when a transformer layer
     recomputes selectively; otherwise the operator graph's accounting
-    (:func:`windtunnel.train.layers.saved_activation_bytes`)."""
+    (:func:`windtunnel.train.layers.saved_activation_bytes`). ``offloaded``: without what the plan's
+    offload_modules keep in host memory (the bytes that stay on the device)."""
     from windtunnel.train.layers import saved_activation_bytes
 
     graph = builder.forward_graphs[kind]
     if (kind in LAYER_MODULES and mode.startswith("selective")
             and builder.stack.memory.selective_policy == "op"):
         return op_checkpoint_saved_bytes(graph, builder.job.model, builder.plan.cp, builder.plan.tp)
-    return saved_activation_bytes(graph, mode) - shared_input_bytes(graph, mode)
+    saved = saved_activation_bytes(graph, mode) - shared_input_bytes(graph, mode)
+    return saved - offloaded_module_bytes(builder, kind, mode) if offloaded else saved
 
 
 def shared_input_bytes(graph, mode: str) -> float:
@@ -240,7 +271,8 @@ def _layer_transient(builder, kind: str, mode: str) -> float:
     selectively recomputed one, the part it dropped."""
     if mode == "none":
         return 0.0
-    return max(0.0, layer_saved_bytes(builder, kind, "none") - layer_saved_bytes(builder, kind, mode))
+    return max(0.0, layer_saved_bytes(builder, kind, "none", offloaded=False)
+               - layer_saved_bytes(builder, kind, mode, offloaded=False))
 
 
 def _loss_transient(builder) -> float:
@@ -317,6 +349,14 @@ def step_memory(builder, chunks: dict) -> StepMemory:
             activations = interleaved_peak(held, plan.pp, rank, builder.micro_batches,
                                            extra=1 if plan.ep_overlap else 0)
         host_bytes = max(host_bytes, sum(c.offloaded_bytes for c in mine) / len(mine) * in_flight)
+        if plan.offload_modules:
+            # Module offloading: the offloaded part of every micro-batch in flight is in host memory;
+            # one layer's offloaded tensors are on the device while they travel (out after its
+            # forward, back ahead of its backward).
+            per_layer = [offloaded_module_bytes(builder, kind, mode) for c in mine
+                         for kind, mode in zip(c.layers, c.modes, strict=True)]
+            activations += max(per_layer, default=0.0)
+            host_bytes = max(host_bytes, sum(per_layer) / len(mine) * in_flight)
         # The largest transient of the step: they happen at different times (the loss's backward
         # first, then each layer's), so only the largest adds to the saved activations.
         transient = 0.0
