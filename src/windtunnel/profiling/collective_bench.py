@@ -23,8 +23,10 @@ table ``data_size(Bytes): | aveg_time(us): | alg_bandwidth(GB/s): | check_result
 GB/s = data size / time; success / failed / NULL; the guide spells the time column ``avg_time``, the binary
 ``aveg_time``: both are read), separated by ``|`` or spaces. It prints
 neither the rank count nor the collective, so they come from the echoed ``mpirun`` line in the log, the
-file name (``all_reduce_test``...) or the caller. We read ``data_size`` as nccl-tests' ``size`` and derive
-the bus bandwidth with nccl-tests' factors.
+file name (``all_reduce_test``...) or the caller. ``data_size`` is the whole buffer as nccl-tests' ``size``
+is: hccl_test's all-gather splits it over the ranks (``init_malloc_Ksize_by_data``) and divides
+``malloc_kSize * rank_size`` by the time (``cal_execution_time``; cann/oam-tools ``src/hccl_test``), with
+GB = 1e9 (``B_US_TO_GB_S = 1.0E6 / 1.0E9``). The bus bandwidth is derived with nccl-tests' factors.
 """
 
 from __future__ import annotations
