@@ -107,3 +107,12 @@ def test_calibrate_refuses_the_package_before_fitting(cli):
     proc = cli("calibrate", "training", "validation/training_runs_2.csv", "--hardware", "ascend-910b", "--out", str(target))
     assert_one_clear_error(proc, "inside the installed windtunnel package")
     assert _digest() == before
+
+
+def test_profile_of_another_stack_family_is_one_clear_error(cli, fit):
+    _, path, _, _ = fit  # fitted on megatron rows
+    assert_one_clear_error(cli(*SIMULATE, "--framework", "pytorch-fsdp", "--profile", str(path)),
+                           "stack 'megatron'", "'pytorch-fsdp'")
+    search = ["train", "search", "--model", "llama3-8b", "--hardware", "a100-80g", "--devices", "16",
+              "--global-batch", "64", "--profile", str(path)]
+    assert_one_clear_error(cli(*search), "chip 'h100-sxm'")
