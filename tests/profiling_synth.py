@@ -120,12 +120,13 @@ KERNEL_NAMES = {
 }
 
 
-def kineto_trace(kind_times: dict[str, float], steps: int = 2, gap_us: float = 2.0) -> dict:
+def kineto_trace(kind_times: dict[str, float], steps: int = 2, gap_us: float = 2.0, jitter: float = 0.0) -> dict:
     """A Kineto chrome trace of ``steps`` steps whose kernels of each kind sum to ``kind_times`` (s per step).
 
     Each kind's time is split over its names (two kernels per name); every kernel has a cudaLaunchKernel on
     the host with the same correlation id, inside a ProfilerStep#N range. One warm-up kernel runs before the
     first step (it must be left out), NCCL kernels run on their own stream, and one step has a memcpy.
+    ``jitter`` makes the steps alternate between (1 + jitter) and (1 - jitter) times the kind times.
     """
     events = [{"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "python3 (rank 0)"}},
               {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "GPU 0"}}]
@@ -149,7 +150,7 @@ def kineto_trace(kind_times: dict[str, float], steps: int = 2, gap_us: float = 2
         compute_clock = start + 50.0
         launch = start + 5.0
         for kind in ("memory", "gemm", "attention.fwd", "attention.bwd", "optimizer", "other"):
-            seconds = kind_times.get(kind, extra.get(kind, 0.0))
+            seconds = kind_times.get(kind, extra.get(kind, 0.0)) * (1.0 + jitter * (-1) ** step)
             names = KERNEL_NAMES[kind]
             pieces = [(name, seconds * 1e6 / (2 * len(names))) for name in names for _ in range(2)]
             for name, dur in pieces:

@@ -182,3 +182,16 @@ def test_gaps_fit_the_kernel_overhead_only_when_asked():
     assert not default.identified and "--gaps" in default.source
     fitted = {p.name: p for p in fit_trace(summary, llama_job(), gaps=True).parameters}["kernel_overhead_s"]
     assert fitted.identified and fitted.value == pytest.approx(2e-6)  # the trace's launch gaps
+
+
+def test_step_to_step_scatter_gives_the_standard_error(tmp_path):
+    path = tmp_path / "t.json"
+    hidden = {"gemm.bf16": 0.6}
+    path.write_text(json.dumps(kineto_trace(trace_kind_times(llama_job(), hidden), steps=4, jitter=0.02)))
+    summary = read_trace(path)
+    gemm = {p.name: p for p in fit_trace(summary, llama_job()).parameters}["gemm.bf16"]
+    # Steps at 1.02 and 0.98 x: sample std 0.0231 of the mean, over sqrt(4).
+    assert summary.step_spread("gemm") == pytest.approx(0.02 * (4 / 3) ** 0.5 / 2, rel=1e-3)
+    assert gemm.stderr == pytest.approx(gemm.value * summary.step_spread("gemm"))
+    assert gemm.value == pytest.approx(0.6, rel=0.01)
+    assert {p.name: p for p in fit_trace(read_trace(TRACE), llama_job()).parameters}["gemm.bf16"].stderr == 0.0

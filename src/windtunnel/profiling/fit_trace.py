@@ -195,8 +195,11 @@ def fit_trace(summary: TraceSummary, job: TrainingJob, rank: int = 0, gaps: bool
                             "trace with this parameter alone")
         row["model_fitted_s"] = model(value)
         used += kernels
+        # Step-to-step scatter of the kind's time: an efficiency scales inversely with it (compute-bound).
+        spread = summary.step_spread(kind)
         parameters.append(FittedParameter(name=name, value=round(value, 4), prior=prior, bounds=(lo, hi),
-                                          identified=True, stderr=None, source=source))
+                                          identified=True, stderr=None if spread is None else value * spread,
+                                          source=source))
     for kind in sorted(set(summary.kinds) - set(FITTED_KINDS)):
         per_kind[kind] = {"measured_s": summary.per_step(kind), "kernels": summary.kinds[kind].count,
                           "note": "reported, not fitted"}

@@ -54,6 +54,17 @@ class TraceSummary:
     busy_s: float
     span_s: float
     gaps_s: list[float] = field(default_factory=list)
+    step_kinds: list[dict[str, float]] = field(default_factory=list)  # seconds per kind, step by step
+
+    def step_spread(self, kind: str) -> float | None:
+        """Relative standard error of the mean per-step time of ``kind`` over the annotated steps (None
+        with fewer than two)."""
+        values = [step.get(kind, 0.0) for step in self.step_kinds]
+        if len(values) < 2 or not sum(values):
+            return None
+        mean = sum(values) / len(values)
+        variance = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+        return variance ** 0.5 / mean / len(values) ** 0.5
 
     def per_step(self, kind: str) -> float:
         """Seconds of ``kind`` kernels in one step (the mean over the steps used)."""
@@ -161,11 +172,14 @@ def read_trace(path: str | Path, device: str | None = None, steps: int | None = 
         raise WindtunnelError(f"Trace '{path}': no kernel of device '{chosen}' was launched inside a ProfilerStep "
                               "range.", field="trace")
     kinds: dict[str, KindTotal] = defaultdict(KindTotal)
-    for name, cat, _, duration, _, _ in selected:
-        total = kinds[kernel_kind(name, cat)]
+    by_step: dict[int, dict[str, float]] = defaultdict(dict)
+    for name, cat, _, duration, step, _ in selected:
+        kind = kernel_kind(name, cat)
+        total = kinds[kind]
         total.count += 1
         total.seconds += duration * US
         total.names[name] = total.names.get(name, 0.0) + duration * US
+        by_step[step][kind] = by_step[step].get(kind, 0.0) + duration * US
     busy = span = 0.0
     gaps: list[float] = []
     for step in sorted({k[4] for k in selected}):
@@ -177,7 +191,9 @@ def read_trace(path: str | Path, device: str | None = None, steps: int | None = 
             for stream in {c[2] for c in compute}:
                 ordered = sorted((lo, hi) for lo, hi, where in compute if where == stream)
                 gaps += [(b[0] - a[1]) * US for a, b in zip(ordered, ordered[1:], strict=False) if b[0] >= a[1]]
-    return TraceSummary(str(path), count, step_names, chosen, dict(sorted(kinds.items())), busy, span, gaps)
+    step_kinds = [by_step[step] for step in sorted(by_step)] if windows else []
+    return TraceSummary(str(path), count, step_names, chosen, dict(sorted(kinds.items())), busy, span, gaps,
+                        step_kinds)
 
 
 def _union_seconds(intervals: list[tuple[float, float]]) -> float:
