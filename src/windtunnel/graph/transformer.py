@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from windtunnel.graph.ops import Op, OpGraph
+from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.model import ModelSpec
 
 ACT_BYTES = 2  # bf16/fp16 activations
@@ -192,11 +193,20 @@ class _Builder:
         qkv_bytes = ACT_BYTES * b * q_len * (heads * qk_dim + kv_heads * (qk_dim + v_dim))
         out_bytes = ACT_BYTES * b * q_len * heads * v_dim
         ring = deps
+        if s.cp > 1 and s.context_parallel == "ulysses" and s.flash_attention:
+            return self._ulysses_attention(deps, heads, kv_heads, qk_dim, v_dim, scores, score_flops + value_flops,
+                                           (window_keys, window_share))
         if s.cp > 1:
-            # Ring attention: keys/values of every other CP rank pass by in cp-1 steps; the engine
-            # overlaps each step's transfer with the attention on the previous block.
             kv_block = ACT_BYTES * b * q_len * kv_heads * (qk_dim + v_dim)
-            ring = (self.comm("cp_kv_ring", "send_recv", "cp", kv_block * (s.cp - 1), deps),)
+            if s.context_parallel == "allgather":
+                # All-gather CP (torchtitan's default rotate method 'allgather', PyTorch context_parallel;
+                # Llama 3 report Sec. 3.3.2): the whole sequence's keys and values are all-gathered while
+                # the local block's attention runs; the backward reduce-scatters their gradients.
+                ring = (self.comm("cp_kv_allgather", "all_gather", "cp", kv_block * s.cp, deps),)
+            else:
+                # Ring attention: keys/values of every other CP rank pass by in cp-1 steps; the engine
+                # overlaps each step's transfer with the attention on the previous block.
+                ring = (self.comm("cp_kv_ring", "send_recv", "cp", kv_block * (s.cp - 1), deps),)
         if s.flash_attention:
             # Q, K, V and the fp32 log-sum-exp; the output O is saved once, as the out projection's input.
             saved = qkv_bytes + 4.0 * b * heads * q_len
@@ -226,6 +236,34 @@ class _Builder:
                            saved_bytes=ACT_BYTES * b * q_len * heads * v_dim, shape=(q_len, v_dim, kv_len),
                            count=b * heads, deps=(dropout,), precision="bf16"))
         return (pv,)
+
+    def _ulysses_attention(self, deps: tuple[int, ...], heads: int, kv_heads: int, qk_dim: int, v_dim: int,
+                           scores: float, flops: float, window: tuple[float, float]) -> tuple[int, ...]:
+        """Ulysses CP (DeepSpeed-Ulysses, Jacobs et al. 2023, arXiv 2309.14509; MindSpeed ulysses_cp_algo;
+        Megatron cp_comm_type a2a): an all-to-all turns this rank's sequence shard of every head into the
+        whole sequence of heads/cp heads, attention runs locally, and an all-to-all turns the output back;
+        the backward runs the same all-to-alls on the gradients. Key/value heads fewer than cp ranks are
+        sent to each rank that needs them (cp / kv_heads copies)."""
+        s, b = self.s, self.s.micro_batch
+        if heads % s.cp:
+            raise WindtunnelError(
+                f"Plan field 'cp' is {s.cp}, but Ulysses context parallelism splits this rank's {heads} attention "
+                f"heads over the cp ranks, so cp must divide {heads}; use such a cp, or the ring or allgather "
+                "algorithm (the stack's comm.context_parallel).", field="cp")
+        q_len = s.seq_len // s.cp
+        kv_copies = max(1.0, s.cp / kv_heads)
+        qkv_shard = ACT_BYTES * b * q_len * (heads * qk_dim + kv_heads * kv_copies * (qk_dim + v_dim))
+        out_shard = ACT_BYTES * b * q_len * heads * v_dim
+        inbound = self.comm("cp_a2a_qkv", "all_to_all", "cp", qkv_shard, deps)
+        local_heads = max(1, heads // s.cp)
+        qkv_bytes = ACT_BYTES * b * q_len * (heads * qk_dim + kv_heads * (qk_dim + v_dim))
+        saved = qkv_bytes + 4.0 * b * heads * q_len
+        # This rank's queries times all keys (``flops``, ``scores``): the same work as a ring's, in one kernel.
+        core = self.g.add(Op("core_attention", "attention", flops=flops, exponentials=scores,
+                             bytes_moved=qkv_bytes + out_shard, saved_bytes=saved,
+                             shape=(b * local_heads, s.seq_len, s.seq_len, qk_dim, *window), deps=(inbound,),
+                             precision="bf16", host_ops=s.linear_host_ops, kernel=s.attention_kernel))
+        return (self.comm("cp_a2a_out", "all_to_all", "cp", out_shard, (core,)),)
 
     # -- feed-forward --------------------------------------------------------------------------
     def mlp_ops(self, prefix: str, tokens: int, width: int, deps: tuple[int, ...], count: int = 1,
