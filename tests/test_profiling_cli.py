@@ -216,3 +216,77 @@ def test_fits_are_deterministic():
     assert invoke(*args).output == invoke(*args).output
     trace = ["calibrate", "trace", str(LOGS / "kineto_llama3-8b_h100_2steps.json"), *TRACE_ARGS, "--json"]
     assert invoke(*trace).output == invoke(*trace).output
+
+
+def _stand_in_torch():
+    """A minimal stand-in for the torch API the probe calls (no device): checks the calls, not the numbers."""
+    import contextlib
+    import types
+
+    class Tensor:
+        def __init__(self, *shape):
+            self.shape = shape
+
+        def to(self, _dtype):
+            return self
+
+        def t(self):
+            return Tensor(*reversed(self.shape))
+
+        def copy_(self, _other):
+            return self
+
+    class Event:
+        count = 0
+
+        def __init__(self, enable_timing=False):
+            assert enable_timing
+
+        def record(self):
+            Event.count += 1
+
+        def elapsed_time(self, _end):
+            return 2.0  # ms for the timed iterations
+
+    torch = types.ModuleType("torch")
+    torch.__version__ = "0.0-stand-in"
+    torch.bfloat16, torch.float16, torch.float8_e4m3fn, torch.uint8 = "bf16", "fp16", "fp8", "u8"
+    torch.version = types.SimpleNamespace(cuda="12.4")
+    torch.cuda = types.SimpleNamespace(
+        is_available=lambda: True, get_device_name=lambda _i: "NVIDIA H200", device_count=lambda: 1,
+        get_device_capability=lambda _i: (9, 0), Event=Event, synchronize=lambda: None, empty_cache=lambda: None)
+    torch.randn = lambda *shape, **_: Tensor(*shape)
+    torch.randn_like = lambda t: Tensor(*t.shape)
+    torch.ones = lambda *shape, **_: Tensor(*shape)
+    torch.empty = lambda size, **_: Tensor(size)
+    torch.empty_like = lambda t: Tensor(*t.shape)
+    torch.matmul = lambda a, b: Tensor(a.shape[0], b.shape[1])
+    torch._scaled_mm = lambda a, b, scale_a, scale_b, out_dtype: Tensor(a.shape[0], b.shape[1])
+    torch.autograd = types.SimpleNamespace(grad=lambda out, inputs, grad: inputs)
+    attention = types.ModuleType("torch.nn.attention")
+    attention.SDPBackend = types.SimpleNamespace(FLASH_ATTENTION="flash", CUDNN_ATTENTION="cudnn")
+    attention.sdpa_kernel = lambda backends: contextlib.nullcontext()
+    functional = types.ModuleType("torch.nn.functional")
+    functional.scaled_dot_product_attention = lambda q, k, v: Tensor(*q.shape)
+    nn = types.ModuleType("torch.nn")
+    nn.attention, nn.functional = attention, functional
+    torch.nn = nn
+    return {"torch": torch, "torch.nn": nn, "torch.nn.attention": attention, "torch.nn.functional": functional}
+
+
+def test_probe_device_code_with_a_stand_in_torch(monkeypatch, tmp_path):
+    import sys
+
+    for name, module in _stand_in_torch().items():
+        monkeypatch.setitem(sys.modules, name, module)
+    record = run_probe(quick=True)
+    assert record["chip"] == "h200" and record["devices"] == 1 and record["collectives"] == []
+    assert {row["dtype"] for row in record["gemm"]} == {"bf16", "fp16", "fp8"}
+    assert {row["backend"] for row in record["attention"]} == {"flash", "cudnn"}
+    assert all(row["seconds"] == pytest.approx(2e-3 / 5) for row in record["gemm"])  # 2 ms over 5 iterations
+    path, out = tmp_path / "record.json", tmp_path / "probe.yaml"
+    result = invoke("probe", "--quick", "--record", str(path), "--out", str(out), "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["chip"] == "h200"
+    assert json.loads(path.read_text())["gemm"] == record["gemm"]
+    assert load_profile(out).chip == "h200"
