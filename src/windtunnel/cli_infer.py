@@ -100,6 +100,10 @@ def print_result(result) -> None:
     from windtunnel.infer.metrics import load_text
 
     console.print(load_text(d["load"]))
+    if d["prefix_cache"]:
+        from windtunnel.infer.prefix import cache_text
+
+        console.print(cache_text(d["prefix_cache"]))
     series = d["series"]
     if series["t_s"]:
         peak_q = max(series["queue"])

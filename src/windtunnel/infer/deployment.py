@@ -24,7 +24,9 @@ recompute when the cache overflows, as vLLM; ``reserve``: admit only when the wh
 never preempt, as TensorRT-LLM's GUARANTEED_NO_EVICT), ``precision`` (weights/GEMMs: bf16, fp16, fp8), ``kv`` (KV cache:
 bf16, fp16, fp8), ``prefix_hit`` (prefix-cache hit rate, 0..1), ``chip`` (overrides ``--hardware``),
 ``mem_util``, ``tbo`` (two-batch overlap of communication with compute), ``overhead`` (host time per
-iteration), ``moe_imbalance``, ``block_size``.
+iteration), ``moe_imbalance``, ``block_size``, ``prefix_cache`` (block-hash prefix cache; default on when the
+traffic carries block hashes, :mod:`windtunnel.infer.prefix`), ``host_cache`` (GiB of host memory per device
+for the cache's host tier). Router ``cache_aware``: the instance with the longest cached prefix.
 
 Devices per instance = tp x dp x pp. The MoE layers of a stage are spread over its tp x dp devices:
 ``ep`` of them hold whole experts and the rest slice each expert (expert tensor parallelism). When
@@ -46,10 +48,11 @@ from windtunnel.specs.model import ModelSpec
 from windtunnel.specs.yamlio import catalog_dir, read_mapping_file, read_yaml
 
 ROLES = ("mixed", "prefill", "decode")
-ROUTERS = ("round_robin", "least_tokens", "kv_aware")
+ROUTERS = ("round_robin", "least_tokens", "kv_aware", "cache_aware")
 PRECISIONS = ("bf16", "fp16", "fp8")
 _ROUTER_ALIASES = {"rr": "round_robin", "roundrobin": "round_robin", "least_outstanding_tokens": "least_tokens",
-                   "lot": "least_tokens", "least_tokens": "least_tokens", "kv": "kv_aware", "kvaware": "kv_aware"}
+                   "lot": "least_tokens", "least_tokens": "least_tokens", "kv": "kv_aware", "kvaware": "kv_aware",
+                   "cache": "cache_aware", "prefix_aware": "cache_aware"}
 _KEY_ALIASES = {"dp_attention": "dp", "dpa": "dp", "n": "replicas", "instances": "replicas",
                 "max_num_seqs": "max_batch", "batch": "max_batch", "chunk": "max_tokens", "chunk_size": "max_tokens",
                 "max_num_batched_tokens": "max_tokens", "chunked_prefill": "chunked", "kv_precision": "kv",
@@ -57,7 +60,8 @@ _KEY_ALIASES = {"dp_attention": "dp", "dpa": "dp", "n": "replicas", "instances":
                 "hardware": "chip", "prefix_cache_hit": "prefix_hit", "gpu_memory_utilization": "mem_util",
                 "two_batch_overlap": "tbo", "step_overhead": "overhead", "step_overhead_s": "overhead"}
 INSTANCE_KEYS = ("tp", "dp", "ep", "pp", "replicas", "max_batch", "max_tokens", "batching", "precision", "kv",
-                 "prefix_hit", "chip", "mem_util", "tbo", "overhead", "moe_imbalance", "block_size", "admission")
+                 "prefix_hit", "chip", "mem_util", "tbo", "overhead", "moe_imbalance", "block_size", "admission",
+                 "prefix_cache", "host_cache")
 BATCHING = ("chunked", "separate", "whole")
 ADMISSIONS = ("greedy", "reserve")
 
@@ -118,6 +122,8 @@ class InstanceSpec:
     moe_imbalance: float | None = None
     block_size: int | None = None
     admission: str = "greedy"
+    prefix_cache: bool | None = None  # None: on when the traffic carries block hashes (windtunnel.infer.prefix)
+    host_cache: float = 0.0  # GiB of host memory per device for the prefix cache's host tier
 
     def text(self) -> str:
         """Compact string form (only the keys that were set)."""
@@ -171,8 +177,10 @@ def _instance_from_mapping(role: str, values: dict, where: str) -> InstanceSpec:
                                   f"{', '.join(INSTANCE_KEYS)}.", field=str(raw_key))
         if key in ("tp", "dp", "ep", "pp", "replicas", "max_batch", "max_tokens", "block_size"):
             kwargs[key] = parse_int(raw, key)
-        elif key == "tbo":
+        elif key in ("tbo", "prefix_cache"):
             kwargs[key] = parse_bool(raw, key)
+        elif key == "host_cache":
+            kwargs[key] = parse_float(raw, key, low=0.0)
         elif key == "chunked":
             kwargs["batching"] = "chunked" if parse_bool(raw, key) else "separate"
         elif key == "batching":

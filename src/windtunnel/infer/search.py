@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from windtunnel.infer.deployment import Deployment, InstanceSpec, parse_deployment, resolve_deployment
@@ -145,9 +145,8 @@ def sped_up(workload: Workload, speed: float) -> Workload:
     """The same requests arriving ``speed`` times as fast (arrival times divided by ``speed``)."""
     if speed == 1.0:
         return workload
-    return Workload(workload.arrival / speed, workload.prompt, workload.output, workload.klass, workload.class_names,
-                    workload.description + f" (x{speed:.3g} load)", workload.concurrency, workload.think_s,
-                    list(workload.notes))
+    return replace(workload, arrival=workload.arrival / speed, description=workload.description + f" (x{speed:.3g} load)",
+                   notes=list(workload.notes))
 
 
 @dataclass
@@ -368,9 +367,9 @@ def _most_goodput(items: list, screen: Evaluator, full: Evaluator | None, runner
 
 
 def _first(workload: Workload, n: int) -> Workload:
-    return Workload(workload.arrival[:n], workload.prompt[:n], workload.output[:n], workload.klass[:n],
-                    workload.class_names, workload.description + f" (first {n})", workload.concurrency,
-                    workload.think_s, list(workload.notes))
+    return replace(workload, arrival=workload.arrival[:n], prompt=workload.prompt[:n], output=workload.output[:n],
+                   klass=workload.klass[:n], description=workload.description + f" (first {n})",
+                   notes=list(workload.notes), hashes=None if workload.hashes is None else workload.hashes[:n])
 
 
 def _priced(row: dict | None, price: float | None) -> None:

@@ -38,6 +38,7 @@ import numpy as np
 from windtunnel.cost.collectives import p2p_time
 from windtunnel.infer.deployment import InstancePlan
 from windtunnel.infer.iteration import IterationModel
+from windtunnel.infer.prefix import attach_caches, cache_summary, route
 from windtunnel.infer.traffic import Workload
 from windtunnel.specs.model import ModelSpec
 
@@ -92,6 +93,7 @@ class Instance:
         self.samples_t: list[float] = [0.0]
         self.samples_kv: list[int] = [0]
         self.samples_q: list[int] = [0]
+        self.cache = None  # a PrefixCache (windtunnel.infer.prefix) when the traffic carries block hashes
 
     # ---- queue ----------------------------------------------------------------------------------
     def enqueue(self, rid: int, now: float) -> None:
@@ -240,6 +242,8 @@ class Instance:
             chunks.append((rid, c))
             budget -= c
         decode_in = batch if (self.chunked or not chunks) else 0
+        if self.cache is not None:
+            self.cache.bound(cap - self.kv - self.future)
         cost = self.cost
         if chunks:
             tokens = decode_in
@@ -354,6 +358,8 @@ class Instance:
                         sim.hand_over(rid, now, self)
                     else:
                         self._join_decode(rid)
+                    if self.cache is not None:
+                        self.cache.insert(sim.hashes[rid], sim.prompt[rid], self.cap - self.kv - self.future)
             if finished_prefill:
                 self.prefilling = [r for r in self.prefilling if sim.state[r] == PREFILLING and sim.where[r] == self.index]
         if k:
@@ -411,8 +417,10 @@ class Router:
         self.pool = pool
         self.next = 0
 
-    def pick(self) -> Instance:
+    def pick(self, hashes: tuple[int, ...] | None = None) -> Instance:
         pool = [inst for inst in self.pool if inst.accepting] or self.pool
+        if self.kind == "cache_aware" and hashes is not None:
+            return route(pool, hashes)
         if self.kind == "round_robin":
             inst = pool[self.next % len(pool)]
             self.next += 1
@@ -509,6 +517,8 @@ class Simulator:
         self.next_closed = 0
         prefix = [plan.prefix_hit for plan in plans if plan.role in ("mixed", "prefill")]
         self.prefix_hit = prefix[0] if prefix else 0.0
+        self.hashes = workload.hashes
+        self.caching = attach_caches(self)
 
     # ---- events ---------------------------------------------------------------------------------
     def push(self, time: float, kind: int, a: int, b: int) -> None:
@@ -519,12 +529,30 @@ class Simulator:
         prompt = self.prompt[rid]
         self.admitted += 1
         self.prompt_sum += prompt
+        if self.caching:
+            self._admit_cached(rid, now)
+            return
         cached = int(prompt * self.prefix_hit)
         cached = min(cached, prompt - 1)
         self.pf_left[rid] = prompt - cached
         self.pf_done[rid] = cached
         self.arrival[rid] = now
         self.front.pick().enqueue(rid, now)
+
+    def _admit_cached(self, rid: int, now: float) -> None:
+        """Route by the prefix cache (cache_aware) or as usual, reuse the instance's cached prefix, and queue the
+        request there once any host-tier hits are loaded."""
+        hashes = self.hashes[rid]
+        inst = self.front.pick(hashes)
+        prompt = self.prompt[rid]
+        cached, load_s = inst.cache.lookup(hashes, prompt) if inst.cache is not None else (0, 0.0)
+        self.pf_left[rid] = prompt - cached
+        self.pf_done[rid] = cached
+        self.arrival[rid] = now
+        if load_s > 0:
+            self.push(now + load_s, EV_ARRIVE, rid, inst.index)
+        else:
+            inst.enqueue(rid, now)
 
     def hand_over(self, rid: int, now: float, source: Instance) -> None:
         """A prefill instance finished ``rid``'s prefill: send its KV to a decode instance."""
@@ -615,4 +643,4 @@ class Simulator:
             klass=self.workload.klass, preempted=np.asarray(self.preempted, dtype=np.int64),
             rejected=np.asarray(self.rejected, dtype=bool), completions=np.asarray(self.completions, dtype=np.int64),
             instances=instances, transfer_s=np.asarray(self.transfer, dtype=float), events=count,
-            switches=self.switches, closed_loop=closed)
+            switches=self.switches, closed_loop=closed, prefix_cache=cache_summary(instances))

@@ -5,6 +5,7 @@ String forms (``--traffic``)::
     poisson:rate=20,input=lognormal(2000,0.8),output=lognormal(400,1.0)[,duration=300|requests=N]
     gamma:rate=20,cv=3,input=uniform(100,4000),output=200
     trace:validation/traces/azure_llm_2023_conv.csv[,speed=2][,requests=N][,start=S][,duration=D]
+    trace:validation/traces/mooncake_conversation.jsonl[,...]   (carries prompt block hashes: prefix caching)
     closed:concurrency=64,input=5000,output=500,requests=640
 
 Length distributions: ``N`` or ``fixed(N)``; ``uniform(a,b)`` (integers, inclusive); ``lognormal(mean,sigma)``
@@ -63,6 +64,10 @@ class Workload:
     concurrency: int | None = None
     think_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+    # Per request, the hashes of its prompt's blocks of ``block_tokens`` tokens (a trace that carries them,
+    # e.g. Mooncake's): what the prefix cache matches. None: no prefix structure known.
+    hashes: list[tuple[int, ...]] | None = None
+    block_tokens: int = 512
 
     @property
     def size(self) -> int:
@@ -331,7 +336,13 @@ def parse_traffic(spec: str | Path | dict, *, seed: int = 0) -> Workload:
 
 
 def _trace_workload(path_text: str, values: dict, text: str) -> Workload:
-    arrival, prompt, output = load_trace(path_text)
+    hashes = None
+    if str(path_text).endswith(".jsonl"):  # Mooncake format: prompt block hashes for the prefix cache
+        from windtunnel.infer.prefix_trace import load_hashed_trace
+
+        arrival, prompt, output, hashes = load_hashed_trace(path_text)
+    else:
+        arrival, prompt, output = load_trace(path_text)
     notes = []
     speed = parse_float(values.get("speed", 1.0), "speed", low=0.0, low_open=True)
     if "time_scale" in values:
@@ -340,17 +351,17 @@ def _trace_workload(path_text: str, values: dict, text: str) -> Workload:
     keep = arrival >= start
     if "duration" in values:
         keep &= arrival < start + parse_seconds(values["duration"], "duration")
-    arrival, prompt, output = arrival[keep] - start, prompt[keep], output[keep]
+    index = np.flatnonzero(keep)
     if "requests" in values:
-        n = parse_int(values["requests"], "requests")
-        arrival, prompt, output = arrival[:n], prompt[:n], output[:n]
+        index = index[:parse_int(values["requests"], "requests")]
+    arrival, prompt, output = arrival[index] - start, prompt[index], output[index]
     if arrival.size == 0:
         raise WindtunnelError(f"Traffic '{text}' selects no requests (field 'start'/'duration'/'requests').",
                               field="traffic")
     if speed != 1.0:
         notes.append(f"trace replayed {speed:g}x as fast (arrival times divided by {speed:g})")
     return Workload(arrival / speed, prompt.copy(), output.copy(), np.zeros(arrival.size, dtype=np.int64), ["trace"],
-                    text, notes=notes)
+                    text, notes=notes, hashes=None if hashes is None else [hashes[i] for i in index])
 
 
 def _generate(rng: np.random.Generator, process: str, cv: float, classes: dict[str, ClassSpec], phases: list[Phase],
