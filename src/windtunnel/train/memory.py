@@ -4,7 +4,11 @@ Mixed-precision Adam as in Megatron-LM: 16-bit weights (2 bytes/param), fp32 mai
 (4 bytes/param), fp32 master weights and two Adam moments (12 bytes/param). The plan may keep the
 main gradients and the moments in bf16 (2 bytes each instead of 4). ZeRO stage 1 shards the
 optimizer states over the data-parallel group, stage 2 also the gradients, stage 3 also the
-weights (Rajbhandari et al. 2020). Units: bytes.
+weights (Rajbhandari et al. 2020). Activations are counted per module as the stack runs them
+(:func:`layer_saved_bytes`: torchtitan's op-level selective checkpointing, a tensor two GEMMs save
+kept once, fine-grained offloading to the host), per pipeline rank in its schedule's order
+(:func:`interleaved_peak`); the stack's memory features (MindSpeed's reuse-fp32-param and
+swap-optimizer) change what the model states occupy (:func:`device_states`). Units: bytes.
 """
 
 from __future__ import annotations
