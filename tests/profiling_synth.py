@@ -28,9 +28,13 @@ def model_times(hardware: str, collective: str, ranks: int, hidden: dict[str, fl
                 amplitude: float = 0.0, per_host: int = 8) -> list[tuple[int, float]]:
     """(size bytes, time s) the collective model predicts under ``hidden`` comm values, with noise."""
     cluster = load_hardware(hardware, ranks)
+    inner = cluster.tiers[0]
     domain = min(per_host, ranks)
-    cluster = cluster.model_copy(update={"tiers": [cluster.tiers[0].model_copy(update={"size": domain}),
-                                                   *cluster.tiers[1:]]})
+    if domain != inner.size:
+        update = {"size": domain}
+        if inner.topology == "mesh":  # only the run's peers' links of the mesh
+            update["bandwidth"] = inner.bandwidth * (domain - 1) / (inner.size - 1)
+        cluster = cluster.model_copy(update={"tiers": [inner.model_copy(update=update), *cluster.tiers[1:]]})
     names = {"comm.scale_up_efficiency": "scale_up", "comm.scale_out_efficiency": "scale_out",
              "comm.half_message_bytes": "half_message_bytes"}
     eff = dataclasses.replace(efficiency_for(cluster.chip), **{names[k]: v for k, v in hidden.items()})

@@ -217,3 +217,25 @@ def test_rack_scale_domains_span_hosts_and_a_wrong_domain_size_warns(tmp_path):
     assert _by_name(right)["comm.scale_up_efficiency"].value == pytest.approx(0.8, rel=0.02)
     wrong = fit_collectives(logs, "gb200-nvl72", domain_ranks=4)
     assert any("--domain-ranks" in w for w in wrong.warnings)
+
+
+def test_a_run_on_part_of_a_full_mesh_node_keeps_the_mesh_link_share(tmp_path):
+    # hccl-tests on 4 NPUs of each 8-NPU HCCS mesh node (2 nodes): a 4-rank ring drives 3 of 7 links, as the
+    # simulator charges a 4-rank group inside one Atlas 800T A2 node.
+    from windtunnel.cost.collectives import collective_time, place_group
+    from windtunnel.cost.efficiency import efficiency_for
+    from windtunnel.profiling.fit_collectives import bench_cluster
+    from windtunnel.specs.hardware import load_hardware
+
+    path = tmp_path / "all_reduce_test.log"
+    path.write_text(hccl_log("all_reduce", 8, 4, [(1 << 26, 1e-3)]))
+    (log,) = read_bench_logs([path])
+    cluster = bench_cluster("atlas-800t-a2", log)
+    assert cluster.tiers[0].size == 4
+    whole = load_hardware("atlas-800t-a2", 4)  # one node, 4 of its 8 NPUs
+    eff = efficiency_for(whole.chip)
+    inside = collective_time("all_reduce", 1 << 26, place_group("g", 4, 1, whole), whole, eff)
+    level = place_group("g", 8, 1, cluster).levels[0]
+    assert (level.joined, level.tier) == (4, 0)
+    four = collective_time("all_reduce", 1 << 26, place_group("g", 4, 1, cluster), cluster, eff)
+    assert four == pytest.approx(inside, rel=1e-9)

@@ -105,7 +105,14 @@ def bench_cluster(hardware: str, log: BenchLog, domain_ranks: int | None = None)
         raise WindtunnelError(f"{log.label}: {domain} ranks per scale-up domain, but '{cluster.id}' tier "
                               f"'{inner.name}' holds {inner.size}; pass --domain-ranks or another --cluster.",
                               field="domain_ranks")
-    tiers = [inner.model_copy(update={"size": domain}), *cluster.tiers[1:]]
+    if domain == inner.size or (inner.size is None and domain == log.ranks):
+        return cluster
+    update: dict = {"size": domain}
+    if inner.topology == "mesh" and inner.size and inner.size > 1 and domain > 1:
+        # A full mesh's bandwidth is the device's links to all its size-1 peers; the run's domain reaches
+        # only domain-1 of them (cost/collectives.tier_bandwidth charges (parties-1)/(size-1) of it).
+        update["bandwidth"] = inner.bandwidth * (domain - 1) / (inner.size - 1)
+    tiers = [inner.model_copy(update=update), *cluster.tiers[1:]]
     return cluster.model_copy(update={"tiers": tiers})
 
 
