@@ -189,3 +189,15 @@ def test_unknown_offload_module_is_one_clear_error():
     with pytest.raises(WindtunnelError, match="offload_modules"):
         simulate(_moe_job("expert_fc2"))
     assert "offload_modules=expert_fc1+moe_act" in parse_plan("offload-modules=expert_fc1+moe_act").to_string()
+
+
+def test_op_level_sac_recomputes_cudnn_attention_on_blackwell():
+    """torchtitan runs cuDNN attention first on Blackwell, which its save list does not name: the
+    attention output and log-sum-exp are recomputed there, kept on Hopper."""
+    def saved(hardware: str) -> float:
+        job = TrainingJob(model=small_dense(), cluster=load_hardware(hardware, 8), seq_len=SEQ, global_batch=8 * MBS,
+                          plan=parse_plan(f"tp=1,pp=1,dp=8,mbs={MBS},recompute=selective,zero=3"), framework="torchtitan")
+        return layer_saved_bytes(_StepBuilder(job), "dense", "selective")
+    m = small_dense()
+    attention_out = (2 * m.heads * (m.hidden // m.heads) + 4 * m.heads) * SEQ * MBS
+    assert saved("h100-sxm") - saved("b200") == pytest.approx(attention_out, rel=1e-9)

@@ -102,6 +102,9 @@ class Memory(_Frozen):
     # selective AC: each block keeps only its input, every second matmul's output and the attention
     # kernel's outputs; everything else is recomputed in the backward).
     selective_policy: Literal["modules", "op"] = "modules"
+    # Chip generations on which the stack's attention runs a kernel its op-level policy does not save
+    # (its output is then recomputed like any other op).
+    op_policy_unsaved_attention: tuple[str, ...] = ()
     # Bytes per logit of the loss's backward beyond what its forward saved when the logits are
     # vocab-sharded over TP (PyTorch's loss_parallel computes log-softmax and NLL backward together
     # from fp32 temporaries); None: the same as loss_workspace_bytes_per_logit.

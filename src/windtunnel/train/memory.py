@@ -171,7 +171,7 @@ def _mm_outputs(op, model) -> list[float]:
     return [out]
 
 
-def op_checkpoint_saved_bytes(graph, model, cp: int = 1, tp: int = 1) -> float:
+def op_checkpoint_saved_bytes(graph, model, cp: int = 1, tp: int = 1, *, save_attention: bool = True) -> float:
     """Bytes one layer keeps under torchtitan's op-level selective activation checkpointing
     (activation_checkpoint.mode 'selective', selective_ac_option 'op'; torchtitan
     parallelize_llama.py _apply_ac_to_transformer_block at 9dec370 and e7c0cae): the block is
@@ -180,7 +180,8 @@ def op_checkpoint_saved_bytes(graph, model, cp: int = 1, tp: int = 1) -> float:
     flash/efficient kernels, whose outputs are the attention output and its fp32 log-sum-exp; TP's
     reduce-scatters) and PREFER_RECOMPUTE everything else, which the backward re-runs. The list's
     max/abs entries (float8 amax) are not charged: torchtitan's published Table 1 float8 row (76.8 GiB)
-    equals the bf16 compiled row (77.0 GiB)."""
+    equals the bf16 compiled row (77.0 GiB). ``save_attention`` False: the SDPA kernel that runs is not
+    in the list (cuDNN attention), so its output is recomputed."""
     from windtunnel.graph.transformer import ACT_BYTES
 
     if not graph.ops:
@@ -194,7 +195,7 @@ def op_checkpoint_saved_bytes(graph, model, cp: int = 1, tp: int = 1) -> float:
                 count += 1
                 if count % 2 == 1:
                     saved += out
-        elif op.kind == "attention" and op.shape:
+        elif op.kind == "attention" and op.shape and save_attention:
             rows, q_len, _, head_dim = op.shape[:4]
             steps = (cp - 1) if op.name.endswith("_ring") else 1  # each ring step's outputs are saved
             saved += steps * (ACT_BYTES * rows * q_len * head_dim + 4.0 * rows * q_len)
@@ -244,7 +245,9 @@ def layer_saved_bytes(builder, kind: str, mode: str, *, offloaded: bool = True) 
     graph = builder.forward_graphs[kind]
     if (kind in LAYER_MODULES and mode.startswith("selective")
             and builder.stack.memory.selective_policy == "op"):
-        return op_checkpoint_saved_bytes(graph, builder.job.model, builder.plan.cp, builder.plan.tp)
+        memory = builder.stack.memory
+        return op_checkpoint_saved_bytes(graph, builder.job.model, builder.plan.cp, builder.plan.tp,
+                                         save_attention=builder.chip.generation not in memory.op_policy_unsaved_attention)
     saved = saved_activation_bytes(graph, mode) - shared_input_bytes(graph, mode)
     return saved - offloaded_module_bytes(builder, kind, mode) if offloaded else saved
 
