@@ -11,6 +11,7 @@ from rich.console import Console
 
 from windtunnel.cli_avail import avail_app
 from windtunnel.cli_calibrate import calibrate_training_cmd
+from windtunnel.cli_explain import register as register_explain
 from windtunnel.cli_infer import infer_app, validate_inference_cmd
 from windtunnel.specs.errors import WindtunnelError
 
@@ -28,6 +29,7 @@ app.add_typer(avail_app, name="avail")
 app.add_typer(infer_app, name="infer")
 validate_app.command("inference")(validate_inference_cmd)
 calibrate_app.command("training")(calibrate_training_cmd)
+register_explain(train_app, app)  # train explain, train sensitivity, compare train
 
 console = Console()
 UNFUSED_LOSS_HELP = "Unfused fp32 cross-entropy (Megatron-LM's default) instead of the stack's loss kernel."
@@ -62,6 +64,8 @@ def train_simulate(
     profile: Path | None = typer.Option(None, help=PROFILE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     trace: Path | None = typer.Option(None, help="Write the simulated step as a Chrome trace (Perfetto)."),
+    what_if: list[str] = typer.Option([], "--what-if", help="Hardware what-if KEY=VALUE (repeatable; VALUE xF or "
+                                      "a quantity with its unit): shown beside the base result."),
 ) -> None:
     """Simulate one training step of MODEL on HARDWARE with a parallel PLAN."""
     from windtunnel.api import simulate_training
@@ -75,6 +79,14 @@ def train_simulate(
                                profile=profile)
     if trace is not None:
         write_atomic(trace, trace_json(result.trace, title=f"{result.model} {result.plan}"))
+    if what_if:
+        from windtunnel.cli_explain import simulate_with_what_if
+
+        simulate_with_what_if(result, what_if, dict(model=model, hardware=hardware, devices=devices, seq_len=seq_len,
+                                                    global_batch=global_batch, plan=plan, framework=framework,
+                                                    flash_attention=_flag(no_flash), fused_loss=_flag(unfused_loss),
+                                                    moe_imbalance=moe_imbalance, profile=profile), as_json)
+        return
     if as_json:
         _emit_json(result.to_json_dict())
     else:
