@@ -166,7 +166,7 @@ class Fitter:
             return np.concatenate([np.log(predicted / measured) / self.data_sigma, z / sigma])
 
         x0 = np.zeros(len(names)) if start is None else np.clip(start, lo, hi)
-        return least_squares(residuals, x0, bounds=(lo, hi), x_scale=sigma, diff_step=1e-3, xtol=1e-6, ftol=1e-8,
+        return least_squares(residuals, x0, bounds=(lo, hi), x_scale=sigma, diff_step=1e-3, xtol=1e-4, ftol=1e-6,
                              max_nfev=60 * (len(names) + 1))
 
 
