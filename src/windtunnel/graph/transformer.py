@@ -30,6 +30,7 @@ class Sharding:
     sp: bool = False
     cp: int = 1
     ep: int = 1
+    etp: int = 1  # expert tensor parallelism: each expert's FFN split over the TP group (1 or tp)
     micro_batch: int = 1
     seq_len: int = 2048
     flash_attention: bool = True
@@ -361,14 +362,24 @@ class _Builder:
         per_expert = max(1, round(routed_tokens * s.moe_imbalance / local_experts))
         received = per_expert * local_experts
         expert_input = (dispatch,)
+        if s.etp > 1:
+            # Expert tensor parallelism (Megatron-Core expert_tensor_parallel_size, default tp): each expert's
+            # FFN is split over the TP group, whose ranks hold different tokens, so the dispatched tokens are
+            # all-gathered over it, every rank computes its 1/etp of each expert's width for all of them, and
+            # the outputs are reduce-scattered back (token_dispatcher: gather/reduce-scatter over expert TP).
+            gathered = ACT_BYTES * received * m.hidden * s.etp
+            expert_input = (self.comm("expert_tp_gather", "all_gather", "tp", gathered, expert_input),)
+            per_expert, received = per_expert * s.etp, received * s.etp
         if s.ep > 1 and local_experts > 1:
             # Tokens arrive grouped by source rank; they are regrouped by local expert before the
             # grouped GEMM, and back before the combine (Megatron's sort_chunks_by_idxs).
-            expert_input = (self.memory("sort_by_expert", received * m.hidden, (dispatch,), passes=2.0, host_ops=2.0),)
-        down = self.mlp_ops("experts", per_expert, moe.ffn_hidden, expert_input, count=local_experts,
+            expert_input = (self.memory("sort_by_expert", received * m.hidden, expert_input, passes=2.0, host_ops=2.0),)
+        down = self.mlp_ops("experts", per_expert, moe.ffn_hidden // s.etp, expert_input, count=local_experts,
                             clamp=moe.activation_clamp is not None, bias=moe.expert_bias)
         if s.ep > 1 and local_experts > 1:
             down = self.memory("unsort_by_expert", received * m.hidden, (down,), passes=2.0, host_ops=3.0)
+        if s.etp > 1:
+            down = self.comm("expert_tp_scatter", "reduce_scatter", "tp", ACT_BYTES * received * m.hidden, (down,))
         if s.gather_dispatch and s.ep > 1:
             combine = self.comm("combine", "reduce_scatter", "ep", ACT_BYTES * tokens * m.hidden * s.ep, (down,))
         else:

@@ -244,9 +244,10 @@ def validate_plan(plan: Plan, model: ModelSpec | None, devices: int, seq_len: in
         fail("seq_len", f"Field 'seq_len' must be a positive number of tokens, got {seq_len}.")
     if global_batch < 1:
         fail("global_batch", f"Field 'global_batch' must be a positive number of sequences, got {global_batch}.")
-    if plan.etp != 1:
-        fail("etp", f"Plan field 'etp' is {plan.etp}: expert tensor parallelism is not modelled yet; use etp=1 "
-             "(experts are split by ep only).")
+    if plan.etp not in (1, plan.tp):
+        fail("etp", f"Plan field 'etp' is {plan.etp}: expert tensor parallelism splits each expert over the "
+             f"tensor-parallel group (Megatron-Core's default expert_tensor_parallel_size = tp), so etp must be "
+             f"1 or tp = {plan.tp}.")
     model_parallel = plan.tp * plan.pp * plan.cp
     if devices % model_parallel:
         fail("devices", f"Devices ({devices}) must be divisible by tp*pp*cp = {plan.tp}*{plan.pp}*{plan.cp} = "
@@ -259,6 +260,9 @@ def validate_plan(plan: Plan, model: ModelSpec | None, devices: int, seq_len: in
     if model is not None:
         _check_shape(plan, model, dp)
     stage = plan.tp * plan.cp * dp
+    if plan.etp > 1 and stage % (plan.ep * plan.etp):
+        fail("etp", f"Plan ep*etp = {plan.ep}*{plan.etp} does not divide tp*cp*dp = {stage}: the expert layers "
+             "regroup a pipeline stage's ranks into etp x ep x expert-dp; lower ep or use etp=1.")
     if stage % plan.ep:
         experts = model.moe.experts if model is not None and model.moe else stage
         fail("ep", f"Plan field 'ep' is {plan.ep}, which does not divide tp*cp*dp = {stage} (expert layers regroup "
@@ -309,6 +313,10 @@ def _check_shape(plan: Plan, model: ModelSpec, dp: int) -> None:
     for width in ffn_widths:
         if width % plan.tp:
             fail("tp", f"Plan field 'tp' is {plan.tp}, which does not divide the FFN width {width}.")
+    if plan.etp > 1 and (model.moe is None or model.moe.ffn_hidden % plan.etp):
+        width = model.moe.ffn_hidden if model.moe else None
+        fail("etp", f"Plan field 'etp' is {plan.etp}, but " + ("the model has no experts; use etp=1." if width is None
+             else f"it does not divide the experts' FFN width {width}; use etp=1 or a tp that divides {width}."))
     if plan.ep > 1:
         if model.moe is None:
             fail("ep", f"Plan field 'ep' is {plan.ep} but model '{model.id}' has no experts; use ep=1.")

@@ -127,7 +127,8 @@ class _StepBuilder:
         kernels = stack.kernels
         self.flash_attention = kernels.attention != "unfused" if job.flash_attention is None else job.flash_attention
         self.fused_loss = kernels.fused_loss if job.fused_loss is None else job.fused_loss
-        self.shard = Sharding(tp=plan.tp, sp=plan.sequence_parallel, cp=plan.cp, ep=plan.ep, micro_batch=plan.mbs,
+        self.shard = Sharding(tp=plan.tp, sp=plan.sequence_parallel, cp=plan.cp, ep=plan.ep, etp=plan.etp,
+                              micro_batch=plan.mbs,
                               seq_len=job.seq_len, flash_attention=self.flash_attention, fused_loss=self.fused_loss,
                               attention_kernel=("unfused" if not self.flash_attention else
                                                 "flash" if kernels.attention == "unfused" else kernels.attention),
