@@ -110,6 +110,13 @@ def test_save_refuses_the_package_and_merges_same_chip(tmp_path):
     merged = load_profile(path)
     assert {p.name: p.value for p in merged.parameters} == {"gemm.bf16": 0.65, "comm.scale_out_efficiency": 0.7}
     assert merged.inputs == [{"kind": "a"}, {"kind": "b"}]
+    unidentified = Profile(chip=CHIP, parameters=[
+        FittedParameter(name="comm.scale_out_efficiency", value=0.85, prior=0.85, bounds=(0.3, 0.98), identified=False),
+        FittedParameter(name="host.op_s", value=1.35e-5, prior=1.35e-5, bounds=(1e-6, 1e-4), identified=False)])
+    save_profile(unidentified, path)  # does not undo what an earlier input identified
+    merged = {p.name: p for p in load_profile(path).parameters}
+    assert merged["comm.scale_out_efficiency"].value == 0.7 and merged["comm.scale_out_efficiency"].identified
+    assert not merged["host.op_s"].identified
     other = Profile(chip="a100-80g", parameters=[])
     with pytest.raises(WindtunnelError, match="of chip 'h100-sxm'"):
         save_profile(other, path)

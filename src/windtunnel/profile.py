@@ -213,8 +213,9 @@ def check_writable(path: str | Path) -> None:
 
 def save_profile(profile: Profile, path: str | Path) -> None:
     """Write ``profile`` to ``path`` atomically. Where ``path`` already holds a profile of the same chip,
-    merge into it: parameters replaced by name, inputs appended, fit statistics updated; a profile of
-    another chip there is an error. A path inside the installed windtunnel package is refused."""
+    merge into it: parameters replaced by name (except that one the new fit did not identify leaves an
+    identified one in place), inputs appended, fit statistics updated; a profile of another chip there
+    is an error. A path inside the installed windtunnel package is refused."""
     path = Path(path)
     check_writable(path)
     _check(profile, f"for '{path}'")
@@ -226,11 +227,14 @@ def save_profile(profile: Profile, path: str | Path) -> None:
         if old.stack and profile.stack and old.stack != profile.stack:
             raise WindtunnelError(f"Profile '{path}' is of stack '{old.stack}'; refusing to merge a profile of stack "
                                   f"'{profile.stack}' into it. Use another --out path per stack.", field="stack")
-        fresh = {p.name for p in profile.parameters}
+        # A parameter the new fit did not identify does not replace one an earlier input identified.
+        known = {p.name for p in old.parameters if p.identified}
+        new = [p for p in profile.parameters if p.identified or p.name not in known]
+        fresh = {p.name for p in new}
         kept = [p for p in old.parameters if p.name not in fresh]
         profile = profile.model_copy(update={
             "stack": profile.stack or old.stack,
-            "parameters": sorted(kept + list(profile.parameters), key=lambda p: p.name),
+            "parameters": sorted(kept + new, key=lambda p: p.name),
             "inputs": old.inputs + [i for i in profile.inputs if i not in old.inputs],
             "fit": {**old.fit, **profile.fit}})
     doc = profile.model_dump(mode="json")
