@@ -99,13 +99,22 @@ class PrefixCache:
 
     def _bound(self) -> None:
         device, host = self.device, self.host
-        while len(device) > self.limit_blocks:
-            h, _ = device.popitem(last=False)
-            self.evicted_blocks += 1
-            if self.host_blocks:
-                host[h] = None
-                if len(host) > self.host_blocks:
-                    host.popitem(last=False)
+        excess = len(device) - self.limit_blocks
+        if excess <= 0:
+            return
+        self.evicted_blocks += excess
+        pop = device.popitem
+        if not self.host_blocks:
+            for _ in range(excess):
+                pop(last=False)
+            return
+        for _ in range(excess):
+            host[pop(last=False)[0]] = None
+        extra = len(host) - self.host_blocks
+        if extra > 0:
+            drop = host.popitem
+            for _ in range(extra):
+                drop(last=False)
 
 
 def attach_caches(sim) -> bool:
