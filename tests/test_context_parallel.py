@@ -66,3 +66,19 @@ def test_a_stack_chooses_the_algorithm_and_the_step_reports_it(algo):
     assert result.feasible and result.step_time_s > 0
     if algo == "ulysses":  # the all-to-alls sit on the critical path, the ring's transfers hide under attention
         assert result.breakdown.get("cp_comm", 0.0) > 0.0
+
+
+def test_the_plan_field_overrides_the_stack_and_round_trips():
+    from windtunnel.specs.plan import parse_plan
+
+    kwargs = dict(model="llama3-8b", hardware="h100-sxm", devices=16, seq_len=SEQ, global_batch=4)
+    ring = simulate_training(plan="tp=2,cp=8,mbs=1,sp=true", **kwargs)
+    ulysses = simulate_training(plan="tp=2,cp=8,mbs=1,sp=true,cp_algo=ulysses", **kwargs)
+    assert ulysses.step_time_s != ring.step_time_s and "cp_algo=ulysses" in ulysses.plan
+    assert "cp_algo" not in ring.plan  # the default algorithm is not spelled out
+    assert parse_plan("cp=2,cp_comm_type=ulysses").cp_algo == "ulysses"
+    titan = simulate_training(plan="tp=2,cp=8,mbs=1,sp=true", framework="torchtitan", **kwargs)
+    assert "cp_algo=allgather" in titan.plan  # the stack's default
+    with pytest.raises(WindtunnelError) as info:
+        parse_plan("cp=2,cp_algo=zigzag")
+    assert "cp_algo" in str(info.value)

@@ -50,6 +50,11 @@ class Plan(BaseModel):
     # MoE token dispatch: deepep (deduplicating, DeepEP/HybridEP), alltoall (one copy per routed expert),
     # allgather (Megatron's allgather dispatcher: every EP rank gathers the group's tokens and keeps its own).
     dispatcher: Literal["alltoall", "deepep", "allgather"] = "deepep"
+    # How context parallelism exchanges keys and values (the stack's comm.context_parallel when unset):
+    # ring (P2P ring attention; Megatron cp_comm_type p2p, MindSpeed megatron_cp_algo), allgather (KV
+    # all-gather; torchtitan, Llama 3) or ulysses (head/sequence all-to-alls; DeepSpeed-Ulysses, Megatron
+    # cp_comm_type a2a, MindSpeed ulysses_cp_algo).
+    cp_algo: Literal["ring", "allgather", "ulysses"] = "ring"
     cuda_graphs: CudaGraphs = "none"
     # Data types of the optimizer's state: the main gradients (Megatron's grad buffers, which are
     # also what data parallelism reduces; bf16 with --grad-reduce-in-bf16, Megatron-Bridge's
@@ -101,6 +106,8 @@ class Plan(BaseModel):
         ]
         if self.ep > 1:
             parts.append(f"dispatcher={self.dispatcher}")
+        if self.cp > 1 and self.cp_algo != "ring":
+            parts.append(f"cp_algo={self.cp_algo}")
         if self.etp > 1:
             parts.append(f"etp={self.etp}")
         if self.ep_overlap:
@@ -150,6 +157,8 @@ class Plan(BaseModel):
             parts.append(f"offload_layers={self.offload_layers}")
         if self.offload_modules:
             parts.append(f"offload_modules={self.offload_modules}")
+        if self.cp > 1 and self.cp_algo != "ring":
+            parts.append(f"cp_algo={self.cp_algo}")
         for name in ("precision", "cuda_graphs", "grads", "moments", "order", "mtp", "layout"):
             if getattr(self, name) != getattr(default, name):
                 parts.append(f"{name}={getattr(self, name)}")
@@ -179,6 +188,7 @@ _ALIASES = {
     "grad_dtype": "grads", "main_grads": "grads", "main_grads_dtype": "grads",
     "moments_dtype": "moments", "exp_avg_dtype": "moments", "adam_moments": "moments",
     "offload-modules": "offload_modules",
+    "cp_comm_type": "cp_algo", "context_parallel_algo": "cp_algo", "context-parallel-algo": "cp_algo", "cp-algo": "cp_algo",
     "cpu_offloading_num_layers": "offload_layers", "offload": "offload_layers", "offload-layers": "offload_layers",
     "mtp_num_layers": "mtp", "mtp_layers": "mtp", "mtp-num-layers": "mtp",
     "pipeline_model_parallel_layout": "layout", "pp_layout": "layout", "pipeline-model-parallel-layout": "layout",
@@ -217,7 +227,7 @@ def parse_plan(text: str | dict | Plan) -> Plan:
         if key == "zero" and isinstance(value, str) and value.lower() in ("true", "false"):
             value = 1 if value.lower() == "true" else 0
         if key in ("recompute", "schedule", "precision", "dispatcher", "cuda_graphs", "order", "recompute_modules",
-                   "grads", "moments", "offload_modules") and isinstance(value, str):
+                   "grads", "moments", "offload_modules", "cp_algo") and isinstance(value, str):
             value = value.lower()
         data[key] = value
     from windtunnel.specs.validation import build

@@ -230,12 +230,13 @@ _PLAN_DEFAULTS = {
     "sp": lambda stack: stack.comm.sequence_parallel,
     "tp_overlap": lambda stack: stack.comm.tp_overlap,
     "dispatcher": lambda stack: stack.comm.moe_dispatcher,
+    "cp_algo": lambda stack: stack.comm.context_parallel,
 }
 
 
 def with_stack_defaults(plan, stack: Stack):
     """The plan with the stack's defaults for the fields it leaves unset (ZeRO stage, gradient dtype,
-    sequence parallelism, TP overlap, MoE dispatcher); fields the plan sets are kept."""
+    sequence parallelism, TP overlap, MoE dispatcher, context-parallel algorithm); fields the plan sets are kept."""
     unset = {name: default(stack) for name, default in _PLAN_DEFAULTS.items() if name not in plan.model_fields_set}
     if not unset:
         return plan
