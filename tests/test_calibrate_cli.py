@@ -116,3 +116,22 @@ def test_profile_of_another_stack_family_is_one_clear_error(cli, fit):
     search = ["train", "search", "--model", "llama3-8b", "--hardware", "a100-80g", "--devices", "16",
               "--global-batch", "64", "--profile", str(path)]
     assert_one_clear_error(cli(*search), "chip 'h100-sxm'")
+
+
+def test_training_fit_builds_on_other_inputs_in_the_profile_and_is_idempotent(cli, fit, tmp_path):
+    from windtunnel.profile import FittedParameter, Profile, load_profile, save_profile
+
+    _, _, csv_path, _ = fit
+    path = tmp_path / "mine.yaml"
+    collectives = "windtunnel calibrate collectives nccl.log"
+    save_profile(Profile(chip="h100-sxm", parameters=[FittedParameter(
+        name="comm.scale_out_efficiency", value=0.7, prior=0.85, bounds=(0.3, 0.98), identified=True,
+        source=collectives)]), path)
+    args = ("calibrate", "training", str(csv_path), "--out", str(path), "--no-loo", "--json")
+    first = json.loads(cli(*args).stdout)
+    scale_out = next(p for p in first["parameters"] if p["name"] == "comm.scale_out_efficiency")
+    assert scale_out["prior"] == 0.7  # the collective benchmark's value is the training fit's prior
+    text = path.read_text(encoding="utf-8")
+    assert cli(*args).returncode == 0
+    assert path.read_text(encoding="utf-8") == text  # re-running the same fit changes nothing
+    assert any(i.get("kind") == "training_csv" for i in load_profile(path).inputs)

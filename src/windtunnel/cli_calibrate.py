@@ -10,6 +10,7 @@ import typer
 from windtunnel.specs.errors import WindtunnelError
 
 JSON_KEYS = ("parameters", "loo_median_abs_error", "rows_used")
+SOURCE = "windtunnel calibrate training"  # how the parameters this verb fits name their source
 
 
 def calibrate_training_cmd(
@@ -27,7 +28,9 @@ def calibrate_training_cmd(
 
     A bounded, regularised least-squares fit of the parameters the rows identify (GEMM efficiency per
     precision, attention, HBM bandwidth share, collectives per tier, host time per op, MoE library
-    calls); the others keep their priors and say so. Never writes into the installed package.
+    calls); the others keep their priors and say so. Where --out already holds a profile of the chip
+    (e.g. from `calibrate trace` or `calibrate collectives`), its values are the priors and the result is
+    merged into it. Never writes into the installed package.
     """
     from windtunnel.fit_profile import fit_profile
     from windtunnel.profile import check_writable, save_profile
@@ -40,12 +43,12 @@ def calibrate_training_cmd(
                               "developer script validation/fit_shipped_calibration.py.)", field="out")
     check_writable(out)  # before the fit, not after it
     rows = [row for path in csv_paths for row in read_rows(path)]
-    command = " ".join(["windtunnel calibrate training", *map(str, csv_paths),
+    command = " ".join([SOURCE, *map(str, csv_paths),
                         *(f"--{k} {v}" for k, v in (("hardware", hardware), ("framework", framework), ("small", small))
                           if v is not None)])
     inputs = [{"kind": "training_csv", "path": str(path)} for path in csv_paths]
     profile = fit_profile(rows, chip=hardware, stack=framework, small=small, source=command, inputs=inputs,
-                          loo=not no_loo)
+                          loo=not no_loo, base=_existing_base(out))
     save_profile(profile, out)
     document = fit_document(profile, out)
     if as_json:
@@ -54,6 +57,21 @@ def calibrate_training_cmd(
         _emit_json(document)
         return
     _print_fit(document)
+
+
+def _existing_base(out: Path) -> dict | None:
+    """Where --out already holds a profile, the fit starts from (and is pulled towards) the values other
+    inputs (traces, collective benchmarks, probes) identified in it: the shipped calibration with those
+    overlaid. An earlier training fit contributes the priors it was fitted with, not its results, so
+    re-running a fit gives the same profile. None without a profile at --out (the shipped calibration)."""
+    from windtunnel.profile import load_profile, overlay, shipped_fitted
+
+    if not out.exists():
+        return None
+    old = load_profile(out)
+    values = {p.name: p.prior if p.source.startswith(SOURCE) else p.value for p in old.parameters
+              if p.identified or p.source.startswith(SOURCE)}
+    return overlay(shipped_fitted(), old.chip, values, old.stack) if values else None
 
 
 def fit_document(profile, out: Path | str) -> dict:
