@@ -22,6 +22,7 @@ test: $(STAMP)
 validate: $(STAMP)
 	$(BIN)/windtunnel validate training validation/training_runs.csv --out validation/REPORT.md
 	$(BIN)/windtunnel validate training validation/extra_training_runs.csv --out validation/EXTRA_REPORT.md
+	$(BIN)/windtunnel validate training validation/memory_runs.csv --out validation/MEMORY.md
 	$(BIN)/windtunnel validate all validation/training_runs.csv validation/training_runs_2.csv validation/extra_training_runs.csv --out validation/ACCURACY.md --bands-out src/windtunnel/catalog/bands.yaml
 	$(BIN)/python validation/collectives.py > /dev/null
 
