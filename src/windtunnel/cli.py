@@ -13,6 +13,7 @@ from windtunnel.cli_avail import avail_app
 from windtunnel.cli_calibrate import calibrate_training_cmd
 from windtunnel.cli_explain import register as register_explain
 from windtunnel.cli_infer import infer_app, validate_inference_cmd
+from windtunnel.cli_profiling import register as register_profiling
 from windtunnel.specs.errors import WindtunnelError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -30,6 +31,7 @@ app.add_typer(infer_app, name="infer")
 validate_app.command("inference")(validate_inference_cmd)
 calibrate_app.command("training")(calibrate_training_cmd)
 register_explain(train_app, app)  # train explain, train sensitivity, compare train
+register_profiling(calibrate_app, app)  # calibrate collectives, calibrate trace, probe
 
 console = Console()
 UNFUSED_LOSS_HELP = "Unfused fp32 cross-entropy (Megatron-LM's default) instead of the stack's loss kernel."
@@ -91,6 +93,8 @@ def train_simulate(
         _emit_json(result.to_json_dict())
     else:
         training_table(result, console)
+        for line in (a for a in result.assumptions if profile is not None and a.startswith("profile")):
+            console.print(line, markup=False)
         if trace is not None:
             console.print(f"trace written to {trace} (open in https://ui.perfetto.dev)")
 
