@@ -18,7 +18,6 @@ step is reported too.
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
 from dataclasses import dataclass, field
 
 from windtunnel.cost.compute import compute_op_time
@@ -27,8 +26,8 @@ from windtunnel.graph.ops import Op
 from windtunnel.profile import PARAMETERS, FittedParameter, prior_value
 from windtunnel.profiling.kernel_kinds import FITTED_KINDS
 from windtunnel.profiling.kineto import TraceSummary
-from windtunnel.specs.errors import WindtunnelError
-from windtunnel.train.step import TrainingJob, _StepBuilder
+from windtunnel.train.step import TrainingJob
+from windtunnel.train.step_ops import StepOps, step_compute_ops
 
 # A measured/model ratio outside this range means the trace and the job described are not the same step
 # (another micro-batch count, sequence length or parallel plan) more likely than a slow kernel.
@@ -58,25 +57,11 @@ class TraceFit:
                 "warnings": self.warnings}
 
 
-def step_ops(job: TrainingJob, rank: int = 0) -> tuple[_StepBuilder, list[tuple[Op, int]]]:
-    """The compute operators pipeline rank ``rank`` runs in one step of ``job``, each with how many times it runs."""
-    builder = _StepBuilder(job)
-    if not 0 <= rank < builder.plan.pp:
-        raise WindtunnelError(f"Field 'rank' is {rank}, but the plan has {builder.plan.pp} pipeline rank(s); valid: "
-                              f"0..{builder.plan.pp - 1}.", field="rank")
-    counts: Counter[int] = Counter()
-    ops: dict[int, Op] = {}
-    for chunk in builder.chunks().values():
-        if chunk.rank != rank:
-            continue
-        for kind, mode in zip(chunk.layers, chunk.modes, strict=True):
-            graphs = [builder.forward_graphs[kind], *builder.backward_graphs(kind, mode)]
-            for graph in graphs:
-                for op in graph.ops:
-                    if not op.is_comm:
-                        ops[id(op)] = op
-                        counts[id(op)] += builder.micro_batches
-    return builder, [(ops[key], counts[key]) for key in sorted(ops, key=lambda k: ops[k].name)]
+def step_ops(job: TrainingJob, rank: int = 0) -> tuple[StepOps, list[tuple[Op, int]]]:
+    """The compute operators pipeline rank ``rank`` runs in one step of ``job``, each with how many times it runs
+    (train.step_ops.step_compute_ops), and the step's context."""
+    view = step_compute_ops(job, rank)
+    return view, view.ops
 
 
 def op_kind(op: Op) -> str:
@@ -86,7 +71,7 @@ def op_kind(op: Op) -> str:
     return op.kind
 
 
-def kind_seconds(ops: list[tuple[Op, int]], builder: _StepBuilder, eff: Efficiency) -> dict[str, float]:
+def kind_seconds(ops: list[tuple[Op, int]], builder: StepOps, eff: Efficiency) -> dict[str, float]:
     """Model seconds per kind for one step at efficiency ``eff``."""
     out: dict[str, float] = {}
     chip, precision = builder.chip, builder.plan.precision
@@ -96,12 +81,12 @@ def kind_seconds(ops: list[tuple[Op, int]], builder: _StepBuilder, eff: Efficien
     return out
 
 
-def _parameter_for(kind: str, builder: _StepBuilder) -> str | None:
+def _parameter_for(kind: str, builder: StepOps) -> str | None:
     if kind == "gemm":
         return f"gemm.{builder.plan.precision}"
     if kind == "memory":
         return "memory.bandwidth_efficiency"
-    kernel = builder.shard.attention_kernel
+    kernel = builder.attention_kernel
     name = f"attention.{kernel}.{kind.split('.')[1]}"
     return name if builder.flash_attention and name in PARAMETERS else None
 
@@ -132,7 +117,7 @@ def _solve(target: float, model, lo: float, hi: float) -> tuple[float, bool]:
     return float(brentq(lambda v: model(v) - target, lo, hi, xtol=1e-6)), False
 
 
-def _overhead(summary: TraceSummary, builder: _StepBuilder, gaps: bool, source: str) -> FittedParameter:
+def _overhead(summary: TraceSummary, builder: StepOps, gaps: bool, source: str) -> FittedParameter:
     """kernel_overhead_s: the median gap between consecutive kernels of a stream (where the host keeps ahead of
     the device, that gap is the launch and tail cost the model charges per kernel); fitted only when asked,
     since a host-bound trace's gaps are host time, which the model charges as host.op_s instead."""
