@@ -105,3 +105,18 @@ def test_bad_inputs_are_one_clear_error(tmp_path):
         simulate_serving("llama3-8b", "h100-sxm", "mixed:tp=1,prefix_hit=0.5", traffic)
     with pytest.raises(WindtunnelError, match="host_cache"):
         simulate_serving("llama3-8b", "h100-sxm", "mixed:tp=1,host_cache=100000", traffic)
+
+
+def test_search_replays_the_hashes_with_the_router_asked_for():
+    """A search on the Mooncake trace keeps the block hashes (screening subset and full traffic) and gives every
+    candidate the cache-aware router."""
+    from windtunnel.infer.search import search_deployments
+
+    doc = search_deployments("llama3-8b", "h100-sxm", 8, f"trace:{MOONCAKE},requests=300", slo="ttft=5s,tpot=100ms",
+                             top=2, workers=1, requests=100, router="cache_aware", mode="colocated")
+    assert doc["feasible"]
+    for row in doc["deployments"]:
+        assert row["deployment"].endswith(";router=cache_aware")
+        replay = simulate_serving("llama3-8b", "h100-sxm", row["deployment"], f"trace:{MOONCAKE},requests=300",
+                                  slo="ttft=5s,tpot=100ms")
+        assert replay.prefix_cache["hit_tokens"] > 0 and replay.slo_attainment == row["attainment"]

@@ -100,6 +100,19 @@ def test_same_answer_on_every_backend():
     assert _stable(inline) == _stable(pool) == _stable(shipped)
 
 
+def test_ray_in_local_mode_gives_the_same_answer():
+    """The Ray backend (a local instance of two CPUs) returns the document the local processes do."""
+    pytest.importorskip("ray")
+    from windtunnel.search.backends import RayBackend
+
+    backend = RayBackend(num_cpus=2)
+    try:
+        on_ray = _search(4, backend=backend)
+    finally:
+        backend.close()
+    assert on_ray["feasible"] and _stable(on_ray) == _stable(_search(4, workers=2))
+
+
 def test_baseline_gain_at_the_same_offered_load():
     doc = _search(8, baseline="mixed:tp=2,replicas=4")
     base, best = doc["baseline"], doc["best"]

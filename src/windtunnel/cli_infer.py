@@ -155,6 +155,8 @@ def search_cmd(
     top: int = typer.Option(10, help="Deployments to show."),
     baseline: str | None = typer.Option(None, help="A deployment to compare with at the same offered load."),
     mode: str = typer.Option("both", help="both, disaggregated or colocated."),
+    router: str | None = typer.Option(None, help="Router of every candidate (e.g. cache_aware for a trace with block "
+                                      "hashes; default: least_tokens)."),
     requests: int = typer.Option(1500, help="Screen candidates on the traffic's first N requests (0 = all); winners "
                                  "are re-simulated on all of them."),
     backend: str = typer.Option("local", help="local (processes on this machine) or ray."),
@@ -174,7 +176,8 @@ def search_cmd(
             document = search_deployments(model, hardware, devices, traffic, slo=slo, seed=seed, top=top,
                                           baseline=baseline, mode=mode, requests=requests or None, workers=workers,
                                           attainment=attainment, objective=objective or ("cost" if price else "devices"),
-                                          price_per_device_hour=price, backend=runner, progress=progress)
+                                          price_per_device_hour=price, backend=runner, progress=progress,
+                                          router=router)
     finally:
         runner.close()
     if report is not None:

@@ -86,9 +86,9 @@ def simulate_serving(
     hw = _hardware_name(hardware)
     dep = parse_deployment(deployment)
     if router is not None:
-        from windtunnel.infer.deployment import _normalise_router
+        from windtunnel.infer.deployment import normalise_router
 
-        dep = Deployment(groups=dep.groups, router=_normalise_router(router))
+        dep = Deployment(groups=dep.groups, router=normalise_router(router))
     slo_spec = parse_slo(slo)
     workload = traffic if isinstance(traffic, Workload) else parse_traffic(traffic, seed=seed)
     plans = resolve_deployment(spec, hw, dep)

@@ -41,6 +41,12 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
+from windtunnel.infer.memory import (
+    activation_bytes,
+    bytes_of,
+    kv_bytes_per_token_layer,
+    weight_bytes_per_device,
+)
 from windtunnel.infer.units import parse_bool, parse_float, parse_int, parse_seconds, split_top_level
 from windtunnel.specs.errors import WindtunnelError, choices_text
 from windtunnel.specs.hardware import Cluster, chip_names, cluster_names, load_hardware
@@ -153,7 +159,8 @@ class Deployment:
         return body + (f";router={self.router}" if self.router != serving_defaults().get("router", "least_tokens") else "")
 
 
-def _normalise_router(value: str) -> str:
+def normalise_router(value: str) -> str:
+    """A router name (or alias) -> its canonical name; an unknown one is a clear error."""
     key = str(value).strip().lower().replace("-", "_")
     router = _ROUTER_ALIASES.get(key, key)
     if router not in ROUTERS:
@@ -252,7 +259,7 @@ def parse_deployment(spec: str | Path | dict | Deployment) -> Deployment:
     for segment in split_top_level(text, ";"):
         if segment.lower().startswith("router"):
             value = segment.split("=", 1)[1] if "=" in segment else segment.split(":", 1)[-1]
-            router = _normalise_router(value)
+            router = normalise_router(value)
             continue
         if ":" in segment:
             role, body = segment.split(":", 1)
@@ -291,7 +298,7 @@ def _from_mapping(doc: dict, where: str) -> Deployment:
                                   field="role")
         groups.append(_instance_from_mapping(item["role"], item, where))
     _check_roles(groups, where)
-    router = _normalise_router(doc.get("router", serving_defaults().get("router", "least_tokens")))
+    router = normalise_router(doc.get("router", serving_defaults().get("router", "least_tokens")))
     return Deployment(groups=tuple(groups), router=router)
 
 
@@ -359,58 +366,6 @@ class InstancePlan:
         if self.pp > 1:
             parts.append(f"pp={self.pp}")
         return f"{self.role}:" + ",".join(parts) + f",replicas={self.replicas}"
-
-
-def kv_bytes_per_token_layer(model: ModelSpec, tp: int, kv_bytes: float) -> float:
-    """KV-cache bytes one token adds to one layer on one device of a ``tp``-way attention group.
-
-    MLA keeps one compressed latent plus the decoupled RoPE key per token and layer
-    ((kv_lora_rank + qk_rope_head_dim) elements), replicated on every TP rank; grouped-query attention
-    keeps a key and a value per KV head (2 x kv_heads x head_dim), KV heads split over TP (a rank holds
-    at least one, replicated when TP exceeds the KV heads).
-    """
-    if model.mla is not None:
-        return (model.mla.kv_lora_rank + model.mla.qk_rope_head_dim) * kv_bytes
-    local_heads = max(1, model.kv_heads // tp)
-    return 2.0 * local_heads * model.head_dim * kv_bytes
-
-
-def _bytes_of(precision: str) -> float:
-    return 1.0 if precision == "fp8" else 2.0
-
-
-def weight_bytes_per_device(model: ModelSpec, tp: int, dp: int, ep: int, pp: int, precision: str) -> float:
-    """Weight bytes on one device: attention and dense MLPs split over TP (replicated over DP groups),
-    routed experts spread over the stage's tp x dp devices, shared experts over TP, the router replicated,
-    the embedding and LM head vocabulary-parallel over TP; layers split over ``pp`` stages (the embedding
-    and head counted on the busiest stage). Norms and biases are negligible and omitted."""
-    b = _bytes_of(precision)
-    stage_devices = tp * dp
-    attn = model.attention_params() / tp
-    dense = model.mlp_params(model.ffn_hidden) / tp
-    per_layer_dense = attn + dense
-    moe_layer = 0.0
-    if model.moe is not None:
-        moe = model.moe
-        local_experts = -(-moe.experts // ep) / (stage_devices // ep)  # expert slices per device (EP x expert-TP)
-        moe_layer = (attn + local_experts * model.expert_params()
-                     + model.shared_expert_params() / tp + model.hidden * moe.experts)
-    layers_dense, layers_moe = model.dense_layers, model.moe_layers
-    per_stage = (layers_dense * per_layer_dense + layers_moe * moe_layer) / pp
-    embed = model.vocab * model.hidden / tp
-    # Stage 0 holds the embedding and the last stage the head; with one stage both.
-    extra = 2 * embed if pp == 1 else embed
-    return (per_stage + extra) * b
-
-
-def _activation_bytes(model: ModelSpec, tp: int, max_tokens: int, max_batch: int) -> float:
-    """Activation workspace per device: the widest iteration's hidden states and local FFN input
-    (max_tokens x (4 x hidden + 2 x widest local FFN width) x 2 bytes) plus fp32 logits of the batch."""
-    widest = model.ffn_hidden // tp
-    if model.moe is not None:
-        widest = max(widest, 2 * model.moe.ffn_hidden * model.moe.topk)
-    per_token = (4 * model.hidden + 2 * widest) * 2.0
-    return max_tokens * per_token + max_batch * model.vocab / tp * 4.0
 
 
 def resolve_instance(model: ModelSpec, hardware: str, spec: InstanceSpec, *, enforce_fit: bool = True) -> InstancePlan:
@@ -483,8 +438,8 @@ def resolve_instance(model: ModelSpec, hardware: str, spec: InstanceSpec, *, enf
     overhead = spec.overhead  # None: the fitted (or prior) value, resolved by the iteration model
     imbalance = spec.moe_imbalance or float(defaults.get("moe_imbalance", 1.0))
     weights = weight_bytes_per_device(model, tp, dp, ep, spec.pp, precision)
-    activations = _activation_bytes(model, tp, max_tokens // dp, max_batch // dp)
-    kv_b = _bytes_of(kv_precision)
+    activations = activation_bytes(model, tp, max_tokens // dp, max_batch // dp)
+    kv_b = bytes_of(kv_precision)
     layers_stage = math.ceil(model.layers / spec.pp)
     per_token = kv_bytes_per_token_layer(model, tp, kv_b) * layers_stage
     free = chip.hbm_bytes * mem_util - weights - activations

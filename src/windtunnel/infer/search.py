@@ -42,7 +42,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from windtunnel.infer.deployment import Deployment, InstanceSpec, parse_deployment, resolve_deployment
+from windtunnel.infer.deployment import (
+    Deployment,
+    InstanceSpec,
+    normalise_router,
+    parse_deployment,
+    resolve_deployment,
+)
 from windtunnel.infer.metrics import SLO, parse_slo, summarise
 from windtunnel.infer.sim import Simulator
 from windtunnel.infer.traffic import Workload, parse_traffic
@@ -395,10 +401,11 @@ def search_deployments(model: str | ModelSpec, hardware: str, devices: int, traf
                        baseline: str | None = None, mode: str = "both", requests: int | None = DEFAULT_REQUESTS,
                        workers: int | None = None, attainment: float = DEFAULT_ATTAINMENT, objective: str = "devices",
                        price_per_device_hour: float | None = None, backend="local", address: str | None = None,
-                       progress: Callable[[str, int, int], None] | None = None) -> dict:
+                       progress: Callable[[str, int, int], None] | None = None, router: str | None = None) -> dict:
     """Search deployments of ``model`` on at most ``devices`` devices of ``hardware`` that serve ``traffic`` with
     SLO attainment >= ``attainment`` (see the module docstring for the objectives). ``backend``: 'local', 'ray'
     or an object with ``map``/``close``. ``progress(phase, done, total)`` is called as candidates finish.
+    ``router`` (e.g. cache_aware for a trace with block hashes) replaces every candidate's router.
     Returns a JSON-ready document: ``feasible`` (False with a ``reason`` when nothing qualifies),
     ``deployments`` (winners, re-simulated on the full traffic), ``best``, ``best_colocated``,
     ``best_disaggregated``, ``baseline`` (with ``gain``), counts and timings."""
@@ -432,6 +439,9 @@ def search_deployments(model: str | ModelSpec, hardware: str, devices: int, traf
         notes.append(f"screening on the first {requests:,} of {workload.size:,} requests; winners and the baseline "
                      "re-simulated on all of them")
     cands = candidates(spec, hardware, devices, mode)
+    if router is not None:
+        chosen = normalise_router(router)
+        cands = [(kind, Deployment(groups=dep.groups, router=chosen)) for kind, dep in cands]
     # (index, kind, deployment, devices), by devices: the candidates' own plan keys give their device counts
     items = sorted(((i, kind, dep, sum(g.replicas * (g.tp or 1) * (g.dp or 1) * g.pp for g in dep.groups))
                     for i, (kind, dep) in enumerate(cands)), key=lambda item: (item[3], item[0]))
