@@ -71,6 +71,11 @@ class Plan(BaseModel):
     # --offload-modules): the named modules of every layer keep their saved activations in host
     # memory, '+'-separated: attn_norm, qkv_linear, core_attn, attn_proj, mlp_norm, expert_fc1, moe_act.
     offload_modules: str = ""
+    # MindSpeed memory features (docs/features/reuse-fp32-param.md, swap-optimizer.md): the fp32 master
+    # weights stored as the bf16 weights plus a 16-bit residual (--reuse-fp32-param); the optimizer
+    # states kept in host memory outside the optimizer step (--swap-optimizer). Unset: the stack's.
+    reuse_fp32_param: bool = False
+    swap_optimizer: bool = False
     # Multi-token prediction modules trained (Megatron's --mtp-num-layers; DeepSeek-V3 trains one):
     # each runs one more transformer layer, a projection and the shared output layer and loss on
     # the last pipeline stage. None: the model's own count (mtp_layers).
@@ -122,6 +127,7 @@ class Plan(BaseModel):
             parts.append(f"offload_layers={self.offload_layers}")
         if self.offload_modules:
             parts.append(f"offload_modules={self.offload_modules}")
+        parts += [f"{name}=true" for name in ("reuse_fp32_param", "swap_optimizer") if getattr(self, name)]
         if self.order != "tp-cp-dp-pp":
             parts.append(f"order={self.order}")
         if self.mtp is not None:
@@ -157,6 +163,7 @@ class Plan(BaseModel):
             parts.append(f"offload_layers={self.offload_layers}")
         if self.offload_modules:
             parts.append(f"offload_modules={self.offload_modules}")
+        parts += [name for name in ("reuse_fp32_param", "swap_optimizer") if getattr(self, name)]
         if self.cp > 1 and self.cp_algo != "ring":
             parts.append(f"cp_algo={self.cp_algo}")
         for name in ("precision", "cuda_graphs", "grads", "moments", "order", "mtp", "layout"):
@@ -187,7 +194,7 @@ _ALIASES = {
     "recompute-modules": "recompute_modules", "modules": "recompute_modules",
     "grad_dtype": "grads", "main_grads": "grads", "main_grads_dtype": "grads",
     "moments_dtype": "moments", "exp_avg_dtype": "moments", "adam_moments": "moments",
-    "offload-modules": "offload_modules",
+    "offload-modules": "offload_modules", "reuse-fp32-param": "reuse_fp32_param", "swap-optimizer": "swap_optimizer",
     "cp_comm_type": "cp_algo", "context_parallel_algo": "cp_algo", "context-parallel-algo": "cp_algo", "cp-algo": "cp_algo",
     "cpu_offloading_num_layers": "offload_layers", "offload": "offload_layers", "offload-layers": "offload_layers",
     "mtp_num_layers": "mtp", "mtp_layers": "mtp", "mtp-num-layers": "mtp",
@@ -220,7 +227,7 @@ def parse_plan(text: str | dict | Plan) -> Plan:
             raise WindtunnelError(
                 f"Unknown plan field '{key}' (field 'plan'); valid fields: {', '.join(sorted(fields))}.", field="plan"
             )
-        if key in ("sp", "tp_overlap", "ep_overlap") and isinstance(value, str):
+        if key in ("sp", "tp_overlap", "ep_overlap", "reuse_fp32_param", "swap_optimizer") and isinstance(value, str):
             if value.lower() not in _BOOLS:
                 raise WindtunnelError(f"Plan field '{key}' must be true or false, got '{value}'.", field=key)
             value = _BOOLS[value.lower()]
