@@ -138,18 +138,21 @@ def test_mindspeed_reuse_fp32_param_saves_two_bytes_per_dp_sharded_parameter():
     """MindSpeed docs (reuse-fp32-param.md): with the distributed optimizer it saves
     sizeof(bfloat16) x parameters / DP of static memory."""
     plan = f"tp=1,pp=1,dp=8,mbs={MBS},recompute=full,zero=1"
-    base = simulate(_job(_mindspeed(), plan))
-    reused = simulate(_job(_mindspeed(reuse_fp32_param=True), plan))
+    base = simulate(_job("mindspeed", plan))
+    reused = simulate(_job("mindspeed", plan + ",reuse-fp32-param=true"))
     params = base.memory_breakdown["weights"] / 2.0  # 16-bit weights, unsharded at ZeRO-1
     saving = base.peak_memory_bytes - reused.peak_memory_bytes
     assert saving == pytest.approx(2.0 * params / 8, rel=1e-9)
+    # A stack that turns it on by default does the same when the plan leaves it unset.
+    assert simulate(_job(_mindspeed(reuse_fp32_param=True), plan)).peak_memory_bytes == reused.peak_memory_bytes
 
 
 def test_mindspeed_swap_optimizer_keeps_one_part_of_the_optimizer_states_on_the_device():
     plan = f"tp=1,pp=1,dp=8,mbs={MBS},recompute=full,zero=1"
     base = simulate(_job(_mindspeed(), plan)).memory_breakdown["optimizer"]
-    swapped = simulate(_job(_mindspeed(swap_optimizer=True), plan)).memory_breakdown["optimizer"]
+    swapped = simulate(_job("mindspeed", plan + ",swap_optimizer=true")).memory_breakdown["optimizer"]
     assert swapped == pytest.approx(base / 16, rel=1e-9)
+    assert simulate(_job(_mindspeed(swap_optimizer=True), plan)).memory_breakdown["optimizer"] == swapped
 
 
 def _moe_model():

@@ -110,10 +110,10 @@ class Memory(_Frozen):
     # from fp32 temporaries); None: the same as loss_workspace_bytes_per_logit.
     tp_loss_workspace_bytes_per_logit: float | None = Field(default=None, ge=0)
     # MindSpeed --reuse-fp32-param: the fp32 master weights share memory with the bf16 weights (stored
-    # as bf16 + a 16-bit residual), saving 2 bytes per (DP-sharded) parameter.
+    # as bf16 + a 16-bit residual), saving 2 bytes per (DP-sharded) parameter. The plan's default.
     reuse_fp32_param: bool = False
     # MindSpeed --swap-optimizer: optimizer states live in host memory outside the step, which brings
-    # them back in swap_optimizer_times parts (--swap-optimizer-times, default 16).
+    # them back in swap_optimizer_times parts (--swap-optimizer-times, default 16). swap_optimizer: the plan's default.
     swap_optimizer: bool = False
     swap_optimizer_times: int = Field(default=16, ge=1)
 
@@ -231,6 +231,8 @@ _PLAN_DEFAULTS = {
     "tp_overlap": lambda stack: stack.comm.tp_overlap,
     "dispatcher": lambda stack: stack.comm.moe_dispatcher,
     "cp_algo": lambda stack: stack.comm.context_parallel,
+    "reuse_fp32_param": lambda stack: stack.memory.reuse_fp32_param,
+    "swap_optimizer": lambda stack: stack.memory.swap_optimizer,
 }
 
 

@@ -96,8 +96,8 @@ class StateBytes:
         return GRAD_BUCKET_ELEMENTS * self.grads
 
 
-def device_states(states: StateBytes, memory) -> StateBytes:
-    """The model states a device holds at its peak under the stack's memory features (``memory``:
+def device_states(states: StateBytes, plan, memory) -> StateBytes:
+    """The model states a device holds at its peak under the plan's memory features (``memory``:
     the stack's Memory section). MindSpeed --reuse-fp32-param (docs/features/reuse-fp32-param.md)
     stores the fp32 master copy as the bf16 weights plus a 16-bit residual: the master's 4 bytes per
     parameter become 2, a saving of sizeof(bf16) x parameters / DP with the distributed optimizer.
@@ -105,9 +105,9 @@ def device_states(states: StateBytes, memory) -> StateBytes:
     weights and moments) in host memory during forward and backward and brings them back in
     ``swap_optimizer_times`` parts for the step: 1/times of them is on the device at once."""
     optimizer = states.optimizer
-    if memory.reuse_fp32_param:
+    if plan.reuse_fp32_param:
         optimizer -= MASTER_BYTES - WEIGHT_BYTES
-    if memory.swap_optimizer:
+    if plan.swap_optimizer:
         optimizer /= memory.swap_optimizer_times
     return StateBytes(weights=states.weights, grads=states.grads, optimizer=optimizer)
 
@@ -337,7 +337,7 @@ def step_memory(builder, chunks: dict) -> StepMemory:
     from windtunnel.train.schedule import in_flight_micro_batches
 
     plan, model, job, stack = builder.plan, builder.job.model, builder.job, builder.stack
-    states: StateBytes = device_states(builder.states, stack.memory)
+    states: StateBytes = device_states(builder.states, plan, stack.memory)
     sharding = stack.sharding
     worst: StepMemory | None = None
     host_bytes = 0.0
