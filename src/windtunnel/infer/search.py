@@ -12,16 +12,7 @@ Objectives (``objective``):
   which it still meets the target; goodput is its goodput there (DistServe's per-GPU goodput, Zhong et al.,
   OSDI 2024: the maximum request rate served within the SLO attainment goal).
 
-The space (fixed grids, so a larger budget's candidates contain a smaller budget's):
-
-* instance shapes - dense models: tensor parallel 1, 2, 4, 8 (within a node); MoE models: TP 8 with the
-  experts on the same 8 devices, and data-parallel attention with expert parallelism over 8 to 256
-  devices (tp=1, dp=ep=N; two-batch overlap when the EP group spans nodes);
-* co-located (mixed) pools: a shape, a replica count and a prefill chunk size (per attention group);
-* disaggregated pools: a prefill shape and count, a decode shape and count (the prefill:decode ratio), and
-  a decode batch limit;
-* replica counts from a fixed grid (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, ...), every combination
-  within the budget.
+The space: :mod:`windtunnel.infer.search_space` (fixed grids of shapes, replica counts and limits).
 
 Method. Candidates are screened in ascending device count on the traffic's first ``requests`` requests
 (same seed; exact simulations); screening stops once ``top`` distinct qualifiers are known and every
@@ -44,12 +35,12 @@ from pathlib import Path
 
 from windtunnel.infer.deployment import (
     Deployment,
-    InstanceSpec,
     normalise_router,
     parse_deployment,
     resolve_deployment,
 )
 from windtunnel.infer.metrics import SLO, parse_slo, summarise
+from windtunnel.infer.search_space import candidates
 from windtunnel.infer.sim import Simulator
 from windtunnel.infer.traffic import Workload, parse_traffic
 from windtunnel.search.backends import make_backend
@@ -57,91 +48,13 @@ from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.hardware import load_hardware
 from windtunnel.specs.model import ModelSpec, load_model
 
-REPLICA_GRID = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96, 128, 160, 192, 256, 384, 512)
 DEFAULT_REQUESTS = 1500
-MODES = ("both", "disaggregated", "colocated")
 OBJECTIVES = ("devices", "cost", "goodput")
 DEFAULT_ATTAINMENT = 0.99
 MAX_SPEEDUP = 64.0  # goodput objective: loads up to 64x the offered one are tried
 BISECTION_STEPS = 3  # goodput objective: the sustainable speed-up is known to within 2**(1/8) (9%)
 FULL_FAILURES_PER_WINNER = 4  # winners that fail on the full traffic, per winner shown, before giving up
-
-
-@dataclass(frozen=True)
-class Shape:
-    """An instance shape: parallel plan keys and devices per instance."""
-
-    tp: int
-    dp: int = 1
-    ep: int | None = None
-    tbo: bool = False
-
-    @property
-    def devices(self) -> int:
-        return self.tp * self.dp
-
-    def keys(self) -> dict:
-        keys = {"tp": self.tp}
-        if self.dp > 1:
-            keys["dp"] = self.dp
-        if self.ep is not None:
-            keys["ep"] = self.ep
-        if self.tbo:
-            keys["tbo"] = True
-        return keys
-
-
-def shapes_for(model: ModelSpec, node: int, budget: int) -> list[Shape]:
-    """Instance shapes of the space for ``model`` on nodes of ``node`` devices, at most ``budget`` devices."""
-    out: list[Shape] = []
-    if model.moe is None:
-        for tp in (1, 2, 4, 8):
-            if tp <= node and model.heads % tp == 0 and tp <= budget:
-                out.append(Shape(tp=tp))
-        return out
-    if budget >= 8 and model.heads % 8 == 0 and node >= 8:
-        out.append(Shape(tp=8, ep=8))
-    for n in (8, 16, 32, 64, 128, 256):
-        if n <= budget and n <= model.moe.experts:
-            out.append(Shape(tp=1, dp=n, ep=n, tbo=n > node))
-    return out
-
-
-def _spec(role: str, shape: Shape, replicas: int, **extra) -> InstanceSpec:
-    return InstanceSpec(role=role, replicas=replicas, **shape.keys(), **extra)
-
-
-def candidates(model: ModelSpec, hardware: str, budget: int, mode: str = "both") -> list[tuple[str, Deployment]]:
-    """Every candidate deployment within ``budget`` devices, in a deterministic order."""
-    if mode not in MODES:
-        raise WindtunnelError(f"Field 'mode' is '{mode}'; valid: {', '.join(MODES)}.", field="mode")
-    node = load_hardware(hardware, 1).node_size
-    shapes = shapes_for(model, node, budget)
-    out: list[tuple[str, Deployment]] = []
-    if mode in ("both", "colocated"):
-        for shape in shapes:
-            for replicas in REPLICA_GRID:
-                if replicas * shape.devices > budget:
-                    break
-                for chunk in (2048, 8192):
-                    spec = _spec("mixed", shape, replicas, max_tokens=chunk)
-                    out.append(("colocated", Deployment(groups=(spec,))))
-    if mode in ("both", "disaggregated"):
-        prefill_shapes = [s for s in shapes if s.devices <= 64]
-        for p_shape in prefill_shapes:
-            for d_shape in shapes:
-                for n_p in REPLICA_GRID:
-                    if n_p * p_shape.devices + d_shape.devices > budget:
-                        break
-                    for n_d in REPLICA_GRID:
-                        if n_p * p_shape.devices + n_d * d_shape.devices > budget:
-                            break
-                        for decode_batch in (128, 512):
-                            groups = (_spec("prefill", p_shape, n_p, max_tokens=16384),
-                                      _spec("decode", d_shape, n_d, max_batch=decode_batch))
-                            out.append(("disaggregated", Deployment(groups=groups)))
-    return out
-
+FULL_STEPS_DOWN = 4  # goodput objective: a finalist missing the target on the full traffic steps its load down
 
 
 # ---- evaluation ----------------------------------------------------------------------------------------------
@@ -215,7 +128,8 @@ def _devices_key(row: dict) -> tuple:
 
 
 def _goodput_key(row: dict) -> tuple:
-    return (-row["goodput_requests_per_s"], row["devices"], -row["attainment"], row["index"])
+    """The highest sustainable load first (goodput at the target scales with it), then fewer devices."""
+    return (-row["speed"], row["devices"], -row["goodput_requests_per_s"], -row["attainment"], row["index"])
 
 
 class _Runner:
@@ -315,9 +229,9 @@ def _most_goodput(items: list, screen: Evaluator, full: Evaluator | None, runner
                   counts: dict) -> tuple[list[dict], list[dict]]:
     """Each distinct candidate's highest sustainable speed-up (doubling, then bisection) at the target; the
     ``top`` with the most goodput there, re-simulated on the full traffic at that load."""
-    rows = runner.map(screen, [(i, kind, dep, 1.0) for i, kind, dep, _ in items], "screen at the offered load")
+    first = runner.map(screen, [(i, kind, dep, 1.0) for i, kind, dep, _ in items], "screen at the offered load")
     distinct: dict[tuple, dict] = {}
-    _collapse(rows, distinct)
+    _collapse(first, distinct)
     base = sorted(distinct.values(), key=lambda r: r["index"])
     best: dict[int, dict] = {r["index"]: r for r in base if r["meets_target"]}
     low: dict[int, float] = {i: 1.0 for i in best}
@@ -355,18 +269,28 @@ def _most_goodput(items: list, screen: Evaluator, full: Evaluator | None, runner
         finalists = sorted((best[r["index"]] for r in finalists), key=_goodput_key)
     winners = finalists
     if full is not None and finalists:
-        rows = runner.map(full, [(r["index"], *deps[r["index"]], r["speed"]) for r in finalists],
-                          "re-simulate on the full traffic")
-        winners = []
-        for screen_row, row in zip(finalists, rows, strict=True):
-            row["screen"] = {"attainment": screen_row["attainment"], "overloaded": screen_row["overloaded"]}
-            if row["meets_target"]:
-                winners.append(row)
-        counts["failed_on_full_traffic"] = len(finalists) - len(winners)
+        # the full traffic at each finalist's load; one that misses the target steps down 2**(-1/8) at a time
+        winners, pending, failures = [], list(finalists), 0
+        for _ in range(FULL_STEPS_DOWN + 1):
+            rows = runner.map(full, [(r["index"], *deps[r["index"]], r["speed"]) for r in pending],
+                              "re-simulate on the full traffic")
+            retry = []
+            for screen_row, row in zip(pending, rows, strict=True):
+                row["screen"] = {"attainment": screen_row["attainment"], "overloaded": screen_row["overloaded"],
+                                 "speed": screen_row["speed"]}
+                if row["meets_target"]:
+                    winners.append(row)
+                else:
+                    failures += 1
+                    retry.append(screen_row | {"speed": row["speed"] / 2 ** (1 / 8)})
+            pending = retry
+            if not pending:
+                break
+        counts["failed_on_full_traffic"] = failures
     for row in winners:
         row["equivalent"] = next(r["equivalent"] for r in base if r["index"] == row["index"])
     counts.update(screened=len(items), distinct=len(distinct), screened_all=True)
-    return sorted(winners, key=_goodput_key)[:top], list(distinct.values())
+    return sorted(winners, key=_goodput_key)[:top], first
 
 
 # ---- the search ------------------------------------------------------------------------------------------------
