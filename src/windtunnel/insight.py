@@ -9,6 +9,8 @@ seq_len in tokens, global_batch in sequences, plan, framework, profile) plus ``w
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 from windtunnel.profile import Profile, apply_profile
@@ -45,12 +47,25 @@ def training_job(model: str | ModelSpec, hardware: str | Cluster, devices: int |
                        framework=framework, fitted_override=fitted, dag=dag, extra_assumptions=notes)
 
 
-def explain_job(job: TrainingJob, *, top: int = 8, remedies: bool = True) -> dict:
-    """Verdict (and ranked, verified remedies) for one job: the `train explain --json` document."""
+# Candidates a remedy search simulates, about; beyond this many seconds of serial simulation it uses local processes.
+EXPECTED_CANDIDATES = 60
+PARALLEL_ABOVE_S = 1.5
+
+
+def explain_job(job: TrainingJob, *, top: int = 8, remedies: bool = True, workers: int | None = None) -> dict:
+    """Verdict (and ranked, verified remedies) for one job: the `train explain --json` document. ``workers``:
+    processes simulating the candidates (default: one, or every core when the job's step is slow to simulate;
+    the answer is the same)."""
+    start = time.perf_counter()
     document, base = verdict(job)
+    per_simulation_s = (time.perf_counter() - start) / 2.0  # the verdict plays the step twice
     document.pop("rank_idle_s", None)
+    if workers is None:
+        slow = per_simulation_s * EXPECTED_CANDIDATES > PARALLEL_ABOVE_S
+        workers = min(4, os.cpu_count() or 1) if slow else 1
     if remedies:
-        document["remedies"], document["remedy_search"] = find_remedies(job, document, base, top=top)
+        document["remedies"], document["remedy_search"] = find_remedies(job, document, base, top=top,
+                                                                        workers=workers)
     else:
         document["remedies"] = []
     return document

@@ -97,6 +97,9 @@ class WhatIf:
         return next((change for change in self.changes if change.key == key), None)
 
 
+# Links per device on a tier of ``size`` devices, by the tier's topology (specs.hardware.Tier.topology).
+LINKS_PER_DEVICE = {"switched": lambda size: 1, "mesh": lambda size: max(1, size - 1)}
+
 _FACTOR = re.compile(r"^\s*[x\*]\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*$")
 _QUANTITY = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z/]+)\s*$")
 
@@ -202,7 +205,13 @@ def _scale_tiers(cluster: Cluster, change: Change, spec: KeySpec) -> Cluster:
             if outer is not None and value > outer:
                 raise WindtunnelError(f"What-if '{change.key}' gives {value} devices per domain, more than the "
                                       f"{outer} of the tier around it ('{tiers[index + 1].name}').", field=change.key)
-        tiers[index] = tier.model_copy(update={spec.tier_field: value})
+        update = {spec.tier_field: value}
+        if spec.tier_field == "size":
+            # A device's bandwidth on the tier is its links': a full mesh has one per peer, so a bigger domain
+            # brings more of them (the per-link bandwidth stays); a switched tier keeps the device's bandwidth.
+            links = LINKS_PER_DEVICE[getattr(tier, "topology", "switched")]
+            update["bandwidth"] = tier.bandwidth * links(value) / max(1, links(int(current)))
+        tiers[index] = tier.model_copy(update=update)
     return cluster.model_copy(update={"tiers": tiers})
 
 

@@ -20,8 +20,10 @@ from functools import lru_cache
 
 from pydantic import ValidationError
 
+from windtunnel.search.backends import LocalBackend
 from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.plan import Plan, parse_plan
+from windtunnel.specs.stack import load_stack, with_stack_defaults
 from windtunnel.specs.yamlio import catalog_dir, read_yaml
 from windtunnel.train.explain import GIB, resource_seconds, tier_of_kind
 from windtunnel.train.result import TrainingResult
@@ -91,11 +93,13 @@ def fires(rule: Rule, verdict: dict) -> bool:
 def apply_change(plan: Plan, change: dict) -> Plan | None:
     """``plan`` with ``change`` applied (values set, or ``x2``, ``/2``, ``+1``, ``-1`` on the current value);
     None when an operator does not apply (a divisor that does not divide) or the result is not a plan."""
-    data = plan.model_dump()
+    # Only the fields the plan sets are carried (the others keep taking the stack's defaults in the engine, as
+    # they do when the printed plan is parsed again).
+    data = {key: getattr(plan, key) for key in plan.model_fields_set}
     for key, value in change.items():
         match = _OPERATOR.match(value) if isinstance(value, str) else None
         if match:
-            current, number = data[key], int(match.group(2))
+            current, number = getattr(plan, key), int(match.group(2))
             op = match.group(1)
             if op == "/" and current % number:
                 return None
@@ -104,14 +108,14 @@ def apply_change(plan: Plan, change: dict) -> Plan | None:
         else:
             data[key] = value
     for key, derived in _DERIVED.items():
-        if key not in change and data[key] in derived:
-            data[key] = None
+        if key not in change and data.get(key) in derived:
+            data.pop(key)
     data["dp"] = 0
     try:
         new = Plan(**data)
     except ValidationError:
         return None
-    return None if new == plan.model_copy(update={"dp": 0}) else new
+    return None if new.to_string() == plan.model_copy(update={"dp": 0}).to_string() else new
 
 
 def plan_diff(base: Plan, new: Plan) -> str:
@@ -146,33 +150,47 @@ class Candidate:
     focus: list[str] = field(default_factory=list)
 
 
+def _simulate_plan(item: tuple[TrainingJob, Plan]) -> TrainingResult | str:
+    """One candidate on the engine (a top-level function, so a process pool can run it); an invalid plan
+    comes back as its error message."""
+    job, plan = item
+    try:
+        return simulate(replace(job, plan=plan, keep_trace=False))
+    except WindtunnelError as exc:
+        return str(exc)
+
+
 class _Search:
-    def __init__(self, job: TrainingJob, base: TrainingResult) -> None:
+    def __init__(self, job: TrainingJob, base: TrainingResult, backend) -> None:
         self.job = job
         self.base = base
         self.base_plan = parse_plan(base.plan)
-        self.seen: dict[str, Candidate | None] = {}
+        self.backend = backend
+        self.seen: dict[str, Candidate | None] = {self.base_plan.model_copy(update={"dp": 0}).to_string(): None}
         self.invalid = 0
 
-    def trial(self, parent: Candidate | None, change: dict, rule: str, focus: str, numerics: bool) -> None:
-        start = self.base_plan if parent is None else parent.plan
-        plan = apply_change(start, change)
-        if plan is None:
-            return
-        key = plan.to_string()
-        if key in self.seen:
-            return
-        try:
-            result = simulate(replace(self.job, plan=plan, keep_trace=False))
-        except WindtunnelError:
-            self.seen[key] = None
-            self.invalid += 1
-            return
-        validated = parse_plan(result.plan)
-        rules = ([*parent.rules] if parent else []) + [rule]
-        self.seen[key] = Candidate(validated, result, rules, 1 + (parent.steps if parent else 0),
-                                   numerics or bool(parent and parent.numerics),
-                                   ([*parent.focus] if parent else []) + ([focus] if focus else []))
+    def round(self, parents: list[Candidate | None], moves: list[tuple[dict, str, str, bool]]) -> None:
+        """Simulate every move from every parent (each distinct plan once)."""
+        pending: dict[str, tuple[Plan, Candidate | None, str, str, bool]] = {}
+        for parent in parents:
+            start = self.base_plan if parent is None else parent.plan
+            for change, rule, focus, numerics in moves:
+                plan = apply_change(start, change)
+                if plan is None:
+                    continue
+                key = plan.to_string()
+                if key not in self.seen and key not in pending:
+                    pending[key] = (plan, parent, rule, focus, numerics)
+        results = self.backend.map(_simulate_plan, [(self.job, item[0]) for item in pending.values()])
+        for (key, (plan, parent, rule, focus, numerics)), result in zip(pending.items(), results, strict=True):
+            if isinstance(result, str):
+                self.seen[key] = None
+                self.invalid += 1
+                continue
+            rules = ([*parent.rules] if parent else []) + [rule]
+            self.seen[key] = Candidate(plan, result, rules, 1 + (parent.steps if parent else 0),
+                                       numerics or bool(parent and parent.numerics),
+                                       ([*parent.focus] if parent else []) + ([focus] if focus else []))
 
     @property
     def candidates(self) -> list[Candidate]:
@@ -215,28 +233,42 @@ def _effect(candidate: Candidate, base: TrainingResult, base_coarse: dict, job: 
 
 
 def _verified(job: TrainingJob, candidate: Candidate) -> bool:
-    """The printed plan, parsed from its text and simulated again, gives the same step and memory."""
-    again = simulate(replace(job, plan=parse_plan(candidate.result.plan), keep_trace=False))
-    return (again.step_time_s == candidate.result.step_time_s and again.feasible == candidate.result.feasible
+    """The printed plan, parsed from its text as `train simulate --plan` does (the stack's defaults for what it
+    leaves unset), is exactly the plan that was simulated, so simulating it again gives the same result; where
+    it is not, the printed plan is simulated again and must be no slower, with the same memory."""
+    printed = with_stack_defaults(parse_plan(candidate.result.plan), load_stack(job.framework))
+    simulated = with_stack_defaults(candidate.plan, load_stack(job.framework))
+
+    def canonical(plan: Plan) -> dict:
+        return {**plan.model_dump(), "dp": 0, "schedule": plan.pipeline_schedule}
+
+    if canonical(printed) == canonical(simulated):
+        return True
+    again = _simulate_plan((job, parse_plan(candidate.result.plan)))  # the text loses something: play it again
+    return (not isinstance(again, str) and again.step_time_s <= candidate.result.step_time_s
+            and again.feasible == candidate.result.feasible
             and again.peak_memory_bytes == candidate.result.peak_memory_bytes)
 
 
 def find_remedies(job: TrainingJob, verdict: dict, base: TrainingResult, *, top: int = 8,
-                  rule_set: RuleSet | None = None) -> tuple[list[dict], dict]:
-    """Ranked, verified remedies for the plan of ``base`` (the result of ``job``) and the search's counts."""
+                  rule_set: RuleSet | None = None, workers: int = 1) -> tuple[list[dict], dict]:
+    """Ranked, verified remedies for the plan of ``base`` (the result of ``job``) and the search's counts.
+    ``workers``: local processes simulating the candidates (the answer does not depend on it)."""
     rule_set = rule_set or load_rules()
     fired = [rule for rule in rule_set.rules if fires(rule, verdict)]
     by_id = {rule.id: rule for rule in fired}
-    search = _Search(job, base)
     moves = _moves(rule_set, fired)
-    parents: list[Candidate | None] = [None]
-    for _ in range(max(1, rule_set.rounds)):
-        for parent in parents:
-            for change, rule, focus, numerics in moves:
-                search.trial(parent, change, rule, focus, numerics)
-        parents = _beam(search.candidates, base.feasible, base.tokens_per_s, rule_set.beam)
-        if not parents:
-            break
+    backend = LocalBackend(workers)
+    try:
+        search = _Search(job, base, backend)
+        parents: list[Candidate | None] = [None]
+        for _ in range(max(1, rule_set.rounds)):
+            search.round(parents, moves)
+            parents = _beam(search.candidates, base.feasible, base.tokens_per_s, rule_set.beam)
+            if not parents:
+                break
+    finally:
+        backend.close()
     base_tps = base.tokens_per_s
     shown = [c for c in search.candidates if c.result.feasible
              and (not base.feasible or c.result.tokens_per_s > base_tps * (1 + 1e-9))]
@@ -258,7 +290,7 @@ def find_remedies(job: TrainingJob, verdict: dict, base: TrainingResult, *, top:
         rationale = " ".join(dict.fromkeys(by_id[r].rationale if r in by_id else rule_set.search_rationale
                                            for r in candidate.rules))
         out.append({
-            "change": plan_diff(search.base_plan, candidate.plan), "plan": result.plan, "feasible": result.feasible,
+            "change": plan_diff(search.base_plan, parse_plan(result.plan)), "plan": result.plan, "feasible": result.feasible,
             "step_time_s": result.step_time_s, "tokens_per_s": result.tokens_per_s, "mfu": result.mfu,
             "peak_memory_bytes": result.peak_memory_bytes, "gain": gain, "verified": True,
             "price_of_fitting": gain < 0, "changes_numerics": candidate.numerics, "rules": candidate.rules,
