@@ -164,6 +164,8 @@ def train_search(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     out: Path | None = typer.Option(None, help="Write the ranked plans as CSV or Parquet."),
     report: Path | None = typer.Option(None, help="Write a self-contained HTML report with plots."),
+    what_if: list[str] = typer.Option([], "--what-if", help="Search on what-if hardware, KEY=VALUE (repeatable; "
+                                      "VALUE xF or a quantity with its unit, e.g. hbm_capacity=96GiB)."),
 ) -> None:
     """Search the parallel-plan space for the fastest plan that fits: enumerate, prune, screen, refine."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -198,6 +200,9 @@ def train_search(
     from windtunnel.profile import apply_profile
 
     fitted, profile_notes = apply_profile(profile, cluster.chip.id, framework)
+    from windtunnel.train.variant import hardware_variant
+
+    cluster, fitted, what = hardware_variant(cluster, fitted, framework, what_if)
     space = SearchSpace(spec, cluster, seq_len, global_batch, precision=precision, moe_imbalance=moe_imbalance,
                         choices=_parse_pins(pin), flash_attention=_flag(no_flash), fused_loss=_flag(unfused_loss),
                         cuda_graphs=cuda_graphs, grads=grads, moments=moments, dispatcher=dispatcher,
@@ -224,6 +229,8 @@ def train_search(
         runner.close()
     if profile_notes:
         document["profile"] = profile_notes[0]
+    if what:
+        document["what_if"] = what.label
     if out is not None:
         write_table(document, out)
     if report is not None:
