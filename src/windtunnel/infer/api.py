@@ -30,6 +30,7 @@ def pool_summary(plan: InstancePlan) -> dict:
             "pp": plan.pp, "replicas": plan.replicas, "devices_per_instance": plan.devices,
             "precision": plan.precision, "kv_precision": plan.kv_precision, "max_batch": plan.max_batch,
             "max_tokens": plan.max_tokens, "batching": plan.batching, "prefix_hit": plan.prefix_hit,
+            "prefix_cache": plan.spec.prefix_cache, "host_cache_gib_per_device": plan.spec.host_cache,
             "tbo": plan.tbo, "weight_bytes_per_device": plan.weight_bytes,
             "kv_bytes_per_token_per_device": plan.kv_bytes_per_token,
             "kv_capacity_tokens_per_instance": plan.kv_capacity_tokens}
@@ -54,6 +55,10 @@ def assumptions_for(model: ModelSpec, plans: list[InstancePlan], workload: Workl
         notes.extend(plan.notes)
         if plan.pp > 1:
             notes.append(f"{plan.role}: pp={plan.pp} stages run one batch at a time (no cross-iteration pipelining)")
+    if workload.hashes is not None:
+        notes.append(f"prefix cache: the traffic's {workload.block_tokens}-token block hashes; a request reuses the "
+                     "longest cached prefix on its instance (LRU within the KV memory running sequences leave free, "
+                     "optional host tier) and prefills only the rest; pools with prefix_cache=false keep none")
     notes.extend(workload.notes)
     return notes
 
