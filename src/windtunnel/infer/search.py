@@ -216,6 +216,7 @@ def _fewest_devices(items: list, screen: Evaluator, full: Evaluator | None, runn
                 confirmed[row["index"]] = row
             else:
                 failed.add(row["index"])
+    counts["gave_up_after_failures"] = len(failed) >= FULL_FAILURES_PER_WINNER * top
     counts.update(screened=len(screened), distinct=len(distinct), failed_on_full_traffic=len(failed),
                   stopped_at_devices=groups[pos - 1][0][3] if pos else 0, screened_all=pos == len(groups))
     winners = sorted((r for r in confirmed.values() if r["index"] not in failed), key=_devices_key)
@@ -390,6 +391,9 @@ def search_deployments(model: str | ModelSpec, hardware: str, devices: int, traf
         if not r["feasible"]:
             infeasible[r["reason"]] = infeasible.get(r["reason"], 0) + 1
     counts["infeasible"] = infeasible
+    if counts.get("gave_up_after_failures"):
+        notes.append(f"{counts['failed_on_full_traffic']} screening winners missed the target on the full traffic; "
+                     "the search stopped there (raise --requests to screen on more of the traffic)")
     counts["simulations"] = runner.simulations + (1 if baseline else 0)
     for rank, row in enumerate(winners, start=1):
         row["rank"] = rank
