@@ -113,3 +113,33 @@ def test_cli_unknown_what_if_key_is_one_clear_error(cli, verb):
 def test_cli_bare_number_is_an_error(cli):
     proc = cli("train", "simulate", *JOB, "--what-if", "hbm_capacity=96")
     assert_one_clear_error(proc, "hbm_capacity", "GiB")
+
+
+def test_cluster_yaml_may_define_its_chip_inline(tmp_path):
+    """A chip architect's chip that is in no catalog: a cluster file with the chip's fields inline."""
+    path = tmp_path / "future.yaml"
+    path.write_text(
+        "name: future cluster\n"
+        "chip: {name: Future X, vendor: nvidia, generation: hopper, peak_flops: {bf16: 2.0e+15},\n"
+        "       hbm_bytes: 206158430208, hbm_bandwidth: 8.0e+12}\n"
+        "tiers:\n"
+        "  - {name: node, size: 8, bandwidth: 900.0e+9, latency: 2.0e-6}\n"
+        "  - {name: scale-out, size: null, bandwidth: 100.0e+9, latency: 5.0e-6}\n")
+    future = simulate(training_job("llama3-8b", str(path), 16, seq_len=4096, global_batch=32, plan="tp=1,mbs=1"))
+    h100 = simulate(training_job("llama3-8b", "h100-sxm", 16, seq_len=4096, global_batch=32, plan="tp=1,mbs=1"))
+    assert future.chip == "future-chip" and future.memory_capacity_bytes == 192 * 2**30
+    assert future.step_time_s < h100.step_time_s
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(path.read_text().replace("hbm_bandwidth: 8.0e+12", "hbm_bandwith: 8.0e+12"))
+    with pytest.raises(WindtunnelError, match="hbm_bandwi"):
+        load_hardware(str(bad), 16)
+
+
+def test_cli_search_on_what_if_hardware(cli):
+    proc = cli("train", "search", "--model", "llama3-8b", "--hardware", "h100-sxm", "--devices", "16",
+               "--global-batch", "32", "--pin", "tp=1,2", "--pin", "pp=1", "--pin", "vpp=1", "--pin", "cp=1",
+               "--pin", "recompute=full", "--top", "1", "--refine", "2", "--what-if", "hbm_capacity=24GiB", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["what_if"] == "hbm_capacity=24GiB"
+    assert all(row["peak_memory_bytes"] <= 24 * 2**30 for row in doc["plans"])

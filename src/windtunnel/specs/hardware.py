@@ -87,7 +87,9 @@ class ClusterSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     id: str = ""
     name: str
-    chip: str
+    # A catalog chip id, or a chip defined inline (the fields of a catalog chip; scale_up/scale_out default to
+    # the innermost and outermost tiers): a chip that does not exist yet.
+    chip: str | dict
     tiers: list[Tier] = Field(min_length=1)
     sources: dict[str, str] = Field(default_factory=dict)
 
@@ -166,7 +168,19 @@ def load_chip(name: str) -> Chip:
     return chips[name]
 
 
+def _inline_chip(spec: ClusterSpec) -> Chip:
+    """A chip written into a cluster file: a catalog chip's fields; links default to the cluster's tiers."""
+    inner, outer = spec.tiers[0], spec.tiers[-1]
+    doc = {"id": f"{spec.id}-chip", "default_cluster": spec.id, "sources": {},
+           "scale_up": {"bandwidth": inner.bandwidth, "latency": inner.latency, "link": inner.link},
+           "scale_out": {"bandwidth": outer.bandwidth, "latency": outer.latency, "link": outer.link}, **spec.chip}
+    return build(Chip, doc, f"Cluster '{spec.id}' inline chip")
+
+
 def _cluster_from_spec(spec: ClusterSpec, devices: int, chips: dict[str, Chip]) -> Cluster:
+    if isinstance(spec.chip, dict):
+        chips = {**chips, spec.id: _inline_chip(spec)}
+        spec = spec.model_copy(update={"chip": spec.id})
     if spec.chip not in chips:
         raise WindtunnelError(
             f"Cluster '{spec.id}' names chip '{spec.chip}', which is not in the catalog; known chips: "
