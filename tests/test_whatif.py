@@ -143,3 +143,22 @@ def test_cli_search_on_what_if_hardware(cli):
     doc = json.loads(proc.stdout)
     assert doc["what_if"] == "hbm_capacity=24GiB"
     assert all(row["peak_memory_bytes"] <= 24 * 2**30 for row in doc["plans"])
+
+
+def test_api_simulate_training_takes_what_ifs():
+    from windtunnel.api import simulate_training
+
+    base = simulate_training("llama3-8b", "h100-sxm", 8, seq_len=4096, global_batch=16, plan="tp=1,mbs=1")
+    faster = simulate_training("llama3-8b", "h100-sxm", 8, seq_len=4096, global_batch=16, plan="tp=1,mbs=1",
+                               what_if=["flops=x2", "hbm_bandwidth=x2"])
+    assert faster.step_time_s < base.step_time_s and faster.band is not None
+
+
+def test_cli_avail_goodput_what_if_beside_the_base(cli):
+    proc = cli("avail", "goodput", "--model", "llama3-8b", "--hardware", "h100-sxm", "--devices", "64",
+               "--global-batch", "64", "--plan", "tp=1,mbs=1", "--what-if", "scale_out_bandwidth=x0.5", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    base, variant = doc["rows"][0], doc["variant"]["rows"][0]
+    assert doc["variant"]["what_if"] == "scale_out_bandwidth=x0.5"
+    assert variant["step_time_s"] >= base["step_time_s"] and variant["goodput_tokens_per_s"] <= base["goodput_tokens_per_s"]

@@ -54,6 +54,7 @@ def simulate_training(
     keep_trace: bool = False,
     framework: str = "megatron",
     profile: str | Path | Profile | None = None,
+    what_if: str | list[str] | None = None,
 ) -> TrainingResult:
     """Simulate one training step.
 
@@ -64,7 +65,9 @@ def simulate_training(
     plan fields the plan leaves unset take the stack's defaults. ``flash_attention``/``fused_loss`` override the
     stack's kernels when not None. ``profile``: a calibration profile (YAML path or Profile, from ``windtunnel
     calibrate ... --out``) of the cluster's chip, overlaid on the shipped calibration and listed in the result's
-    assumptions. Returns a TrainingResult (seconds, bytes, tokens/s).
+    assumptions. ``what_if``: hardware what-ifs, ``KEY=VALUE`` items (``hbm_bandwidth=x1.5``, ``hbm_capacity=96GiB``;
+    :mod:`windtunnel.specs.whatif`), applied to the cluster and the host before simulating.
+    Returns a TrainingResult (seconds, bytes, tokens/s).
     """
     model_spec, dag = resolve_model(model)
     if isinstance(hardware, Cluster):
@@ -78,6 +81,10 @@ def simulate_training(
                       global_batch=global_batch, flash_attention=flash_attention, fused_loss=fused_loss,
                       moe_imbalance=moe_imbalance, framework=framework, fitted_override=fitted,
                       keep_trace=keep_trace, dag=dag, extra_assumptions=notes)
+    if what_if:
+        from windtunnel.train.variant import job_variant
+
+        job = job_variant(job, what_if)
     return annotate(simulate(job), generation=cluster.chip.generation, precision=job.plan.precision,
                     arch="moe" if model_spec.moe else "dense")
 
@@ -100,6 +107,7 @@ def failure_aware_goodput(
     replications: int = 200,
     seed: int = 0,
     profile: str | Path | Profile | None = None,
+    what_if: str | list[str] | None = None,
 ) -> list[dict]:
     """Failure-aware goodput of training plans: Sim2Train's step time and tokens/s, times the effective
     training time ratio (ETTR) Sim2Availability gives for the same job under faults.
@@ -113,7 +121,8 @@ def failure_aware_goodput(
     shrink loses per failed node). ``method``: "markov" (exact steady state) or "simulate". Returns one dict
     per plan with ``goodput_tokens_per_s`` (tokens per wall-second after faults) and the ranks with and
     without faults (1 = best). ``profile``: a calibration profile of the chip for the step times (see
-    :func:`simulate_training`).
+    :func:`simulate_training`); ``what_if``: hardware what-ifs for the step times (the fault model is the catalog
+    hardware's).
     """
     from windtunnel.avail.formulas import daly_interval_s
     from windtunnel.avail.markov import solve_markov
@@ -136,7 +145,7 @@ def failure_aware_goodput(
     rows = []
     for plan_text in plan_list:
         train = simulate_training(model, hardware, devices, seq_len=seq_len, global_batch=global_batch, plan=plan_text,
-                                  profile=profile)
+                                  profile=profile, what_if=what_if)
         row = {"plan": plan_text, "feasible": train.feasible, "step_time_s": train.step_time_s,
                "tokens_per_s": train.tokens_per_s, "checkpoint_bytes": ckpt_bytes}
         if profile is not None:

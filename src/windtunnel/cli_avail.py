@@ -349,18 +349,30 @@ def goodput_cmd(
     method: str = typer.Option("markov", help="markov or simulate."),
     profile: Path | None = typer.Option(None, help="Calibration profile of the chip for the step times (from "
                                         "`windtunnel calibrate ... --out`; not a fault profile, see --faults)."),
+    what_if: list[str] = typer.Option([], "--what-if", help="Hardware what-if KEY=VALUE for the step times "
+                                      "(repeatable; VALUE xF or a quantity with its unit): shown beside the base."),
     as_json: bool = AS_JSON,
 ) -> None:
     """Failure-aware goodput: tokens/s from Sim2Train times ETTR from Sim2Availability, for each plan."""
     from windtunnel.api import failure_aware_goodput
 
-    rows = failure_aware_goodput(model, hardware, devices, seq_len=seq_len, global_batch=global_batch, plans=plan,
-                                 faults=faults, policy=policy, storage_bandwidth_bytes_per_s=storage_bandwidth,
-                                 method=method, profile=profile)
+    def run(what: list[str] | None) -> list[dict]:
+        return failure_aware_goodput(model, hardware, devices, seq_len=seq_len, global_batch=global_batch, plans=plan,
+                                     faults=faults, policy=policy, storage_bandwidth_bytes_per_s=storage_bandwidth,
+                                     method=method, profile=profile, what_if=what)
+
+    rows = run(None)
+    variant = {"what_if": ",".join(what_if), "rows": run(what_if)} if what_if else None
     if as_json:
-        _emit_json({"rows": rows})
+        _emit_json({"rows": rows, **({"variant": variant} if variant else {})})
         return
-    table = Table(title=f"failure-aware goodput: {model} on {devices} x {hardware}")
+    _goodput_table(rows, f"failure-aware goodput: {model} on {devices} x {hardware}")
+    if variant:
+        _goodput_table(variant["rows"], f"what-if {variant['what_if']}: {model} on {devices} x {hardware}")
+
+
+def _goodput_table(rows: list[dict], title: str) -> None:
+    table = Table(title=title)
     for col in ("plan", "tokens/s", "rank", "ETTR", "goodput tokens/s", "rank with faults"):
         table.add_column(col)
     for r in rows:
