@@ -144,3 +144,16 @@ def test_apply_change_operators_and_derived_schedule():
     assert apply_change(base, {"zero": "+1"}).zero == 2
     assert apply_change(base, {"zero": 1}) is None  # no change
     assert plan_diff(base, interleaved) == "dp 128 -> 0, vpp 1 -> 4, schedule 1f1b -> interleaved"
+
+
+def test_moe_expert_imbalance_is_load_imbalance():
+    """The busiest expert rank's extra tokens show as load imbalance, not as compute."""
+    def shares(imbalance: float) -> dict:
+        job = training_job("mixtral-8x7b", "h100-sxm", 16, seq_len=4096, global_batch=32,
+                           plan="tp=2,pp=1,ep=8,mbs=1,recompute=full,zero=1", moe_imbalance=imbalance)
+        return explain_job(job, remedies=False)["seconds"]
+
+    balanced, skewed = shares(1.0), shares(1.5)
+    assert balanced.get("imbalance", 0.0) == 0.0
+    assert skewed["imbalance"] > 0.0
+    assert skewed["compute"] == pytest.approx(balanced["compute"], rel=0.05)

@@ -10,6 +10,8 @@ module re-reads that trace for what the step's averaged breakdown folds together
 * **tensor cores vs HBM bandwidth**: the compute stream's time that disappears when the same step
   is played with unbounded HBM bandwidth is memory-bound kernel time; the rest is tensor-core (and
   launch) time.
+* **MoE expert imbalance**: the compute and all-to-all time the busiest expert rank's extra tokens add
+  (the step played again with balanced experts) is load imbalance too.
 * **network tier and traffic kind**: each exposed communication category (TP, CP, EP, DP, PP)
   is charged to the outermost tier its group spans (where its slowest phase runs).
 
@@ -39,7 +41,7 @@ DESCRIPTIONS = {
     "host": "host issue (the device waits for kernel launches)",
     "offload": "activation offload over the host link",
     "bubble": "pipeline bubble (schedule fill and drain)",
-    "imbalance": "load imbalance between pipeline stages",
+    "imbalance": "load imbalance (pipeline stages; the busiest MoE expert rank)",
 }
 # Factor on HBM bandwidth that makes every kernel's memory time negligible against its compute time.
 UNBOUNDED_HBM = 1e6
@@ -110,13 +112,23 @@ def verdict(job: TrainingJob) -> tuple[dict, TrainingResult]:
     if imbalance > 0 and "bubble" in seconds:
         seconds["bubble"] = max(0.0, seconds["bubble"] - imbalance)
         seconds["imbalance"] = imbalance
+    # MoE expert imbalance: what the busiest expert rank's extra tokens add to its compute and all-to-alls (the
+    # same step played with balanced experts); it joins the stage imbalance.
+    if job.model.moe and job.moe_imbalance > 1.0:
+        balanced = resource_seconds(simulate(replace(job, moe_imbalance=1.0, keep_trace=False)).breakdown, tiers)
+        for name in [key for key in seconds if key == "compute" or key.endswith(":ep")]:
+            extra = min(seconds[name], max(0.0, seconds[name] - balanced.get(name, 0.0)))
+            seconds[name] -= extra
+            seconds["imbalance"] = seconds.get("imbalance", 0.0) + extra
     # Tensor cores vs HBM: the compute time that vanishes when HBM bandwidth is unbounded.
     chip = job.cluster.chip
     free = job.cluster.model_copy(update={"chip": chip.model_copy(
         update={"hbm_bandwidth": chip.hbm_bandwidth * UNBOUNDED_HBM})})
     unbounded = simulate(replace(job, cluster=free, keep_trace=False))
+    raw = result.breakdown.get("compute", 0.0)
+    fraction = min(1.0, max(0.0, raw - unbounded.breakdown.get("compute", 0.0)) / raw) if raw > 0 else 0.0
     compute = seconds.get("compute", 0.0)
-    memory_bound = min(compute, max(0.0, compute - unbounded.breakdown.get("compute", 0.0)))
+    memory_bound = compute * fraction  # the same fraction of what is left once imbalance is taken out
     if memory_bound > 0:
         seconds["compute"] = compute - memory_bound
         seconds["hbm_bandwidth"] = memory_bound

@@ -32,6 +32,8 @@ from windtunnel.train.step import TrainingJob, simulate
 _OPERATOR = re.compile(r"^([x/+\-])([0-9]+)$")
 # Plan keys whose value follows another's unless a change sets it (the schedule follows vpp).
 _DERIVED = {"schedule": ("1f1b", "interleaved")}
+# How an effect names the share it moved (the step's own breakdown: the bubble there includes stage imbalance).
+_FOCUS_LABEL = {"bubble": "pipeline idle", "recompute": "recompute", "compute": "compute", "host": "host issue"}
 # For a plan that does not fit, this many one-step changes that make it fit are listed first.
 SINGLE_STEP_FITS = 3
 
@@ -222,7 +224,8 @@ def _effect(candidate: Candidate, base: TrainingResult, base_coarse: dict, job: 
             continue
         before = matching_share({k: v / base.step_time_s for k, v in base_coarse.items()}, focus)
         after = matching_share({k: v / result.step_time_s for k, v in coarse.items()}, focus)
-        parts.append(f"{focus} {before:.0%} -> {after:.0%}")
+        parts.append(f"{_FOCUS_LABEL.get(focus, focus.replace('*:', '').upper() + ' traffic')} "
+                     f"{before:.0%} -> {after:.0%}")
     parts.append(f"step {result.step_time_s / base.step_time_s - 1:+.0%}")
     memory = (result.peak_memory_bytes - base.peak_memory_bytes) / GIB
     if result.feasible and not base.feasible:
