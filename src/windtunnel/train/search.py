@@ -11,7 +11,8 @@ import numpy as np
 from windtunnel.search.runner import SearchState, ranked, run_search
 from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.plan import parse_plan
-from windtunnel.train.space import Screen, SearchSpace, ShardKey, cost_shard, prune, refine
+from windtunnel.train.screen import Screen
+from windtunnel.train.space import SearchSpace, ShardKey, cost_shard, prune, refine
 
 RESULT_KEYS = ("step_time_s", "tokens_per_s", "tokens_per_s_per_device", "mfu", "hfu", "model_tflops_per_device",
                "peak_memory_bytes", "memory_capacity_bytes", "feasible", "infeasible_reason", "breakdown")

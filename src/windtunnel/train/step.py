@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from windtunnel.cost.collectives import collective_time, p2p_time
+from windtunnel.cost.collectives import collective_time
 from windtunnel.cost.efficiency import efficiency_for
 from windtunnel.engine.attribution import attribute
-from windtunnel.engine.core import Engine, Timeline
 from windtunnel.graph.dag import DagModel
 from windtunnel.graph.ops import OpGraph, backward_of
 from windtunnel.graph.transformer import (
@@ -29,13 +28,14 @@ from windtunnel.specs.hardware import Cluster
 from windtunnel.specs.model import ModelSpec
 from windtunnel.specs.plan import Plan, validate_plan
 from windtunnel.specs.stack import DEFAULT_STACK, Stack, load_stack, with_stack_defaults
+from windtunnel.train.assumptions import step_assumptions
 from windtunnel.train.flops import model_flops_per_token
 from windtunnel.train.layers import ZERO, LayerCoster, Played, backward_with_recompute
 from windtunnel.train.layout import LAYER_KINDS, stage_modules
 from windtunnel.train.memory import WEIGHT_BYTES, StateBytes, layer_saved_bytes, step_memory
+from windtunnel.train.pipeline_play import PipelinePlay
 from windtunnel.train.placement import Placement, place_plan
 from windtunnel.train.result import TrainingResult
-from windtunnel.train.schedule import Block, schedule_orders
 
 GIB = float(2**30)
 
@@ -99,7 +99,7 @@ def dag_stub_model(dag: DagModel) -> ModelSpec:
                      heads=1, vocab=1, sources={"shape": "operator DAG file"})
 
 
-class _StepBuilder:
+class _StepBuilder(PipelinePlay):
     def __init__(self, job: TrainingJob) -> None:
         if not job.moe_imbalance >= 1.0:
             raise WindtunnelError(f"Field 'moe_imbalance' is {job.moe_imbalance}: it is the busiest expert rank's tokens "
@@ -353,176 +353,6 @@ class _StepBuilder:
         """Seconds to all-gather updated 16-bit parameters after a sharded optimizer step (ZeRO 1/2)."""
         return self._dp_collective("all_gather", dense, expert, WEIGHT_BYTES)
 
-    def run(self) -> tuple[Timeline, dict[tuple[int, int], _Chunk], list[float]]:
-        plan, cluster = self.plan, self.job.cluster
-        chunks = self.chunks()
-        orders = schedule_orders(self.schedule, plan.pp, plan.vpp, self.micro_batches, ep_overlap=plan.ep_overlap)
-        engine = Engine()
-        p2p_bytes = ACT_BYTES * plan.mbs * self.job.seq_len // plan.cp * self.job.model.hidden
-        if plan.sequence_parallel:
-            p2p_bytes /= plan.tp  # scatter-gather optimisation: each TP rank sends its shard
-        p2p = p2p_time(p2p_bytes, self.placement.pp_tier, cluster, self.eff) if plan.pp > 1 else 0.0
-
-        def neighbour(chunk: _Chunk, step: int) -> tuple[int, int]:
-            position = chunk.position + step
-            if self.schedule == "dualpipe":
-                rank = position if chunk.chunk == 0 else plan.pp - 1 - position
-                return rank, chunk.chunk
-            return position % plan.pp, position // plan.pp
-
-        gathers: dict[tuple[int, int], list[int]] = {}
-        if plan.zero in (1, 2) and (self.placement.dp.size > 1 or self.placement.expert_dp.size > 1):
-            # The previous step's parameter all-gather overlaps this step's first forward pass,
-            # bucket by bucket: each layer waits only for its own parameters.
-            for key, chunk in sorted(chunks.items()):
-                gathers[key] = [
-                    engine.task(f"param_gather c{key[1]} L{i}", f"r{key[0]}.dp", self.param_gather_time(dense, expert),
-                                (), category="dp_comm")
-                    for i, (dense, expert) in enumerate(reversed(chunk.bucket_params))
-                ]
-
-        last_backward: dict[tuple[int, int], int] = {}
-        for rank, order in enumerate(orders):
-            for index, block in enumerate(order):
-                if block.kind in ("B", "FB"):
-                    mb, ch = (block.micro_batch, block.chunk) if block.kind == "B" else block.partner
-                    last_backward[(rank, ch)] = index
-
-        sends_f: dict[tuple[int, int, int], int] = {}
-        sends_b: dict[tuple[int, int, int], int] = {}
-        forward_task: dict[tuple[int, int, int], int] = {}
-        dp_tasks: dict[int, list[int]] = {rank: [] for rank in range(plan.pp)}
-        flops = [0.0] * plan.pp
-        pending = [list(enumerate(order)) for order in orders]
-        # Submit in rounds across ranks so that every dependency refers to an already-submitted task.
-        positions = [0] * plan.pp
-        progress = True
-        while progress:
-            progress = False
-            for rank in range(plan.pp):
-                while positions[rank] < len(pending[rank]):
-                    index, block = pending[rank][positions[rank]]
-                    deps = self._block_deps(block, rank, chunks, neighbour, sends_f, sends_b, forward_task, gathers)
-                    if deps is None:
-                        break
-                    self._submit(engine, block, index, rank, deps, chunks, neighbour, p2p, sends_f, sends_b,
-                                 forward_task, last_backward, dp_tasks, flops, gathers)
-                    positions[rank] += 1
-                    progress = True
-        if any(positions[r] < len(pending[r]) for r in range(plan.pp)):
-            raise WindtunnelError("Pipeline schedule deadlock: a block waits for one that never runs.")
-        # Gradient-norm all-reduce makes the optimizer step a global synchronisation point.
-        finals = [t for rank in range(plan.pp) for t in dp_tasks[rank]]
-        last: dict[str, int] = {}
-        for index, stream in enumerate(engine.streams):
-            last[stream] = index
-        finals += [last[f"r{rank}"] for rank in range(plan.pp) if f"r{rank}" in last]
-        for rank in range(plan.pp):
-            owned = sum(c.dense_params / (self.placement.dp.size if plan.zero >= 1 else 1)
-                        + c.expert_params / (self.placement.expert_dp.size if plan.zero >= 1 else 1)
-                        for (r, _), c in chunks.items() if r == rank)
-            traffic = self.states.optimizer_traffic(self.eff.optimizer_bytes_per_param)
-            duration = owned * traffic / (self.chip.hbm_bandwidth * self.eff.memory_bandwidth)
-            engine.task("optimizer", f"r{rank}", duration + self.eff.kernel_overhead_s, finals, category="optimizer")
-        return engine.run(), chunks, flops
-
-    def _block_deps(self, block: Block, rank: int, chunks, neighbour, sends_f, sends_b, forward_task, gathers):
-        deps: list[int] = []
-        items = []
-        if block.kind in ("F", "FB"):
-            items.append(("F", block.micro_batch, block.chunk))
-        if block.kind == "B":
-            items.append(("B", block.micro_batch, block.chunk))
-        if block.kind == "FB":
-            items.append(("B", *block.partner))
-        for kind, mb, ch in items:
-            chunk = chunks[(rank, ch)]
-            if kind == "F":
-                if chunk.position > 0:
-                    prev = neighbour(chunk, -1)
-                    if (mb, *prev) not in sends_f:
-                        return None
-                    deps.append(sends_f[(mb, *prev)])
-                if mb == 0 and (rank, ch) in gathers and block.kind == "FB":
-                    deps.extend(gathers[(rank, ch)])
-            else:
-                if (mb, rank, ch) not in forward_task:
-                    return None
-                deps.append(forward_task[(mb, rank, ch)])
-                if chunk.position < chunk.path_length - 1:
-                    nxt = neighbour(chunk, 1)
-                    if (mb, *nxt) not in sends_b:
-                        return None
-                    deps.append(sends_b[(mb, *nxt)])
-        return deps
-
-    def _submit(self, engine, block, index, rank, deps, chunks, neighbour, p2p, sends_f, sends_b, forward_task,
-                last_backward, dp_tasks, flops, gathers) -> None:
-        plan = self.plan
-        stream = f"r{rank}"
-        if block.kind == "F":
-            chunk = chunks[(rank, block.chunk)]
-            if block.micro_batch == 0 and (rank, block.chunk) in gathers:
-                task = None
-                for i, (piece, gather) in enumerate(zip(chunk.forward_pieces, gathers[(rank, block.chunk)], strict=True)):
-                    task = engine.task(f"F mb0 c{block.chunk} L{i}", stream, piece.time,
-                                       [*deps, gather] if i == 0 else [task, gather], parts=piece.parts)
-            else:
-                task = engine.task(f"F mb{block.micro_batch} c{block.chunk}", stream, chunk.forward.time, deps,
-                                   parts=chunk.forward.parts)
-            flops[rank] += chunk.forward.flops
-            self._after_forward(engine, chunk, block.micro_batch, task, p2p, sends_f, forward_task, rank)
-            return
-        if block.kind == "FB":
-            fchunk = chunks[(rank, block.chunk)]
-            bmb, bch = block.partner
-            bchunk = chunks[(rank, bch)]
-            played = self.fused([k for k in fchunk.layers], [k for k in reversed(bchunk.layers)],
-                                list(reversed(bchunk.modes)))
-            task = engine.task(f"F mb{block.micro_batch} c{block.chunk} + B mb{bmb} c{bch}", stream, played.time, deps,
-                               parts=played.parts)
-            flops[rank] += played.flops
-            self._after_forward(engine, fchunk, block.micro_batch, task, p2p, sends_f, forward_task, rank)
-            self._after_backward(engine, bchunk, bmb, [task], p2p, sends_b, rank)
-            if last_backward.get((rank, bch)) == index:
-                self._dp_sync(engine, bchunk, [task] * len(bchunk.bucket_params), rank, dp_tasks)
-            return
-        chunk = chunks[(rank, block.chunk)]
-        flops[rank] += chunk.backward.flops
-        is_last = last_backward.get((rank, block.chunk)) == index
-        needs_sync = plan.zero <= 1 and (self.placement.dp.size > 1 or self.placement.expert_dp.size > 1)
-        if is_last and needs_sync:
-            # The last micro-batch's backward is played layer by layer so that each layer's
-            # gradient bucket starts reducing while earlier layers still compute.
-            tasks = []
-            for i, piece in enumerate(chunk.backward_pieces):
-                tasks.append(engine.task(f"B mb{block.micro_batch} c{block.chunk} L{i}", stream, piece.time,
-                                         deps if i == 0 else [tasks[-1]], parts=piece.parts))
-            self._after_backward(engine, chunk, block.micro_batch, tasks, p2p, sends_b, rank)
-            self._dp_sync(engine, chunk, tasks, rank, dp_tasks)
-            return
-        task = engine.task(f"B mb{block.micro_batch} c{block.chunk}", stream, chunk.backward.time, deps,
-                           parts=chunk.backward.parts)
-        self._after_backward(engine, chunk, block.micro_batch, [task], p2p, sends_b, rank)
-
-    def _after_forward(self, engine, chunk, mb, task, p2p, sends_f, forward_task, rank) -> None:
-        forward_task[(mb, rank, chunk.chunk)] = task
-        if chunk.position < chunk.path_length - 1:
-            sends_f[(mb, rank, chunk.chunk)] = engine.task(f"send F mb{mb}", f"r{rank}.pp", p2p, [task],
-                                                           category="pp_comm")
-
-    def _after_backward(self, engine, chunk, mb, tasks, p2p, sends_b, rank) -> None:
-        if chunk.position > 0:
-            sends_b[(mb, rank, chunk.chunk)] = engine.task(f"send B mb{mb}", f"r{rank}.pp", p2p, [tasks[-1]],
-                                                           category="pp_comm")
-
-    def _dp_sync(self, engine, chunk, tasks, rank, dp_tasks) -> None:
-        if self.plan.zero >= 2:
-            return
-        for (dense, expert), task in zip(chunk.bucket_params, tasks, strict=False):
-            duration = self.dp_bucket_time(dense, expert)
-            dp_tasks[rank].append(engine.task("grad_sync", f"r{rank}.dp", duration, [task], category="dp_comm"))
-
 
 def simulate(job: TrainingJob) -> TrainingResult:
     """Simulate one training step of ``job``; infeasible memory is a result, invalid input an error."""
@@ -579,65 +409,12 @@ def simulate(job: TrainingJob) -> TrainingResult:
         peak_memory_bytes=memory.total, memory_capacity_bytes=capacity, memory_breakdown=memory.as_dict(),
         breakdown=dict(sorted(breakdown.items())), micro_batches=builder.micro_batches,
         model_flops_per_step=model_flops, placement=builder.placement.describe(cluster),
-        assumptions=_assumptions(job, builder),
+        assumptions=step_assumptions(job, builder),
         trace=timeline if job.keep_trace else None,
     )
     return result
 
 
-_GRAPHS = {
-    "none": "eagerly (no CUDA graphs)",
-    "modules": "eagerly except CUDA-graphed attention, dense MLP and MoE router/preprocessing (one launch each)",
-    "full": "as one CUDA graph per step (sync-free dispatch)",
-}
-
-
-def _assumptions(job: TrainingJob, builder: _StepBuilder) -> list[str]:
-    plan, model = builder.plan, job.model
-    out = [
-        f"precision {plan.precision}: GEMMs at the chip's dense {plan.precision} peak; attention and activations in 16-bit",
-        f"stack {builder.stack.id}: {builder.stack.name}",
-        "attention: " + (f"fused flash-style kernel ({builder.shard.attention_kernel})" if builder.flash_attention
-                         else "unfused (scores materialised)"),
-        "loss: " + ("fused cross-entropy kernel (bf16 logits, gradient written in the forward)" if builder.fused_loss
-                    else "unfused fp32 cross-entropy (Megatron-LM default: ~52 bytes of HBM traffic per logit)"),
-        f"pipeline schedule {builder.schedule}; "
-        + (f"stages as the layout {plan.layout}" if plan.layout else
-           f"layers split as evenly as possible over {plan.pp * (2 if builder.schedule == 'dualpipe' else plan.vpp)} "
-           "chunks, embedding on the first, loss on the last"),
-        f"main gradients in {plan.grads} (also the DP reduction); ZeRO stage {plan.zero}; Adam with fp32 master "
-        f"weights and {plan.moments} moments",
-        f"memory: 16-bit weights, {builder.states.grads:.0f}-byte main gradients, {builder.states.optimizer:.0f} "
-        "bytes/param optimizer state; 2 GiB framework reserve; 5% allocator fragmentation on activations",
-        "efficiencies from catalog/efficiency.yaml merged with catalog/calibration.yaml",
-        f"host issues kernels {_GRAPHS[plan.cuda_graphs]}: {builder.eff.host_op_s * 1e6:.1f} us per framework op, "
-        f"{builder.eff.host_library_call_s * 1e6:.0f} us per per-expert GEMM call"
-        + ("; it waits for MoE token counts before the dispatch" if model.moe and plan.cuda_graphs != "full" else ""),
-    ]
-    if model.moe:
-        out.append(f"MoE load imbalance factor {job.moe_imbalance:.2f} on the busiest expert rank")
-        if plan.ep > 1:
-            out.append(f"expert dispatch in {'fp8' if plan.precision == 'fp8' else '16-bit'}, combine in 16-bit; "
-                       + ("deduplicating dispatcher (DeepEP-style: one copy per remote domain)"
-                          if plan.dispatcher == "deepep" else "plain all-to-all (one copy per routed expert)"))
-    if builder.mtp:
-        out.append(f"{builder.mtp} multi-token-prediction module(s) after the last layer, where the layout places "
-                   "them: a projection, one transformer layer and the shared output layer and loss each (a copy "
-                   "of the embedding where the first stage's is elsewhere; its gradient sync is not costed)")
-    if plan.ep_overlap:
-        out.append("EP all-to-all overlap: each steady-state forward runs with an earlier micro-batch's backward, "
-                   "sharing the device (Megatron --overlap-moe-expert-parallel-comm)")
-    if plan.offload_layers:
-        chip = builder.chip
-        out.append(f"activation offloading: the first {plan.offload_layers} layers' saved activations go to host "
-                   f"memory at {chip.host_link_bandwidth * builder.eff.host_link / 1e9:.0f} GB/s each way "
-                   f"({chip.host_memory_bytes / 1e9:.0f} GB of host memory per device), each copy beside the next "
-                   "layer's forward or backward; one layer stays staged on the device")
-    if plan.tp_overlap and not plan.sequence_parallel:
-        out.append("tp_overlap ignored: chunked TP overlap needs sequence parallelism")
-    out.extend(f"group {k}: {v}" for k, v in builder.placement.describe(job.cluster).items())
-    out.extend(job.extra_assumptions)
-    return out
 
 
 def forward_backward_graphs(model: ModelSpec, shard: Sharding, moe: bool) -> tuple[OpGraph, OpGraph]:

@@ -1,0 +1,61 @@
+"""The assumptions a simulated training step states (TrainingResult.assumptions): what the model took
+from the stack, the catalog and the plan where the user did not say."""
+
+from __future__ import annotations
+
+from typing import Any
+
+_GRAPHS = {
+    "none": "eagerly (no CUDA graphs)",
+    "modules": "eagerly except CUDA-graphed attention, dense MLP and MoE router/preprocessing (one launch each)",
+    "full": "as one CUDA graph per step (sync-free dispatch)",
+}
+
+
+def step_assumptions(job: Any, builder: Any) -> list[str]:
+    """The assumption lines of the step ``builder`` (train.step._StepBuilder) played for ``job``."""
+    plan, model = builder.plan, job.model
+    out = [
+        f"precision {plan.precision}: GEMMs at the chip's dense {plan.precision} peak; attention and activations in 16-bit",
+        f"stack {builder.stack.id}: {builder.stack.name}",
+        "attention: " + (f"fused flash-style kernel ({builder.shard.attention_kernel})" if builder.flash_attention
+                         else "unfused (scores materialised)"),
+        "loss: " + ("fused cross-entropy kernel (bf16 logits, gradient written in the forward)" if builder.fused_loss
+                    else "unfused fp32 cross-entropy (Megatron-LM default: ~52 bytes of HBM traffic per logit)"),
+        f"pipeline schedule {builder.schedule}; "
+        + (f"stages as the layout {plan.layout}" if plan.layout else
+           f"layers split as evenly as possible over {plan.pp * (2 if builder.schedule == 'dualpipe' else plan.vpp)} "
+           "chunks, embedding on the first, loss on the last"),
+        f"main gradients in {plan.grads} (also the DP reduction); ZeRO stage {plan.zero}; Adam with fp32 master "
+        f"weights and {plan.moments} moments",
+        f"memory: 16-bit weights, {builder.states.grads:.0f}-byte main gradients, {builder.states.optimizer:.0f} "
+        "bytes/param optimizer state; 2 GiB framework reserve; 5% allocator fragmentation on activations",
+        "efficiencies from catalog/efficiency.yaml merged with catalog/calibration.yaml",
+        f"host issues kernels {_GRAPHS[plan.cuda_graphs]}: {builder.eff.host_op_s * 1e6:.1f} us per framework op, "
+        f"{builder.eff.host_library_call_s * 1e6:.0f} us per per-expert GEMM call"
+        + ("; it waits for MoE token counts before the dispatch" if model.moe and plan.cuda_graphs != "full" else ""),
+    ]
+    if model.moe:
+        out.append(f"MoE load imbalance factor {job.moe_imbalance:.2f} on the busiest expert rank")
+        if plan.ep > 1:
+            out.append(f"expert dispatch in {'fp8' if plan.precision == 'fp8' else '16-bit'}, combine in 16-bit; "
+                       + ("deduplicating dispatcher (DeepEP-style: one copy per remote domain)"
+                          if plan.dispatcher == "deepep" else "plain all-to-all (one copy per routed expert)"))
+    if builder.mtp:
+        out.append(f"{builder.mtp} multi-token-prediction module(s) after the last layer, where the layout places "
+                   "them: a projection, one transformer layer and the shared output layer and loss each (a copy "
+                   "of the embedding where the first stage's is elsewhere; its gradient sync is not costed)")
+    if plan.ep_overlap:
+        out.append("EP all-to-all overlap: each steady-state forward runs with an earlier micro-batch's backward, "
+                   "sharing the device (Megatron --overlap-moe-expert-parallel-comm)")
+    if plan.offload_layers:
+        chip = builder.chip
+        out.append(f"activation offloading: the first {plan.offload_layers} layers' saved activations go to host "
+                   f"memory at {chip.host_link_bandwidth * builder.eff.host_link / 1e9:.0f} GB/s each way "
+                   f"({chip.host_memory_bytes / 1e9:.0f} GB of host memory per device), each copy beside the next "
+                   "layer's forward or backward; one layer stays staged on the device")
+    if plan.tp_overlap and not plan.sequence_parallel:
+        out.append("tp_overlap ignored: chunked TP overlap needs sequence parallelism")
+    out.extend(f"group {k}: {v}" for k, v in builder.placement.describe(job.cluster).items())
+    out.extend(job.extra_assumptions)
+    return out
