@@ -81,10 +81,58 @@ def print_explain(document: dict, out: Console) -> None:
 
 
 def register(train_app: typer.Typer, app: typer.Typer) -> None:
-    """Add `train explain`, `train sensitivity` and `compare train` to the CLI."""
+    """Add `train explain`, `train sensitivity`, `infer explain` and `compare train` to the CLI."""
+    from windtunnel.cli_infer import infer_app
+
     train_app.command("explain")(train_explain)
     train_app.command("sensitivity")(train_sensitivity)
+    infer_app.command("explain")(infer_explain)
     app.add_typer(compare_app, name="compare")
+
+
+def infer_explain(
+    model: str = typer.Option(..., help="Catalog model id, model YAML, or Hugging Face config.json."),
+    hardware: str = typer.Option(..., help="Chip id, cluster id or cluster YAML."),
+    deployment: str = typer.Option(..., help="'mixed:tp=8,replicas=2' | 'prefill:ep=32,replicas=2;decode:ep=128' | "
+                                   "deployment.yaml"),
+    traffic: str = typer.Option(..., help="poisson:rate=..,input=..,output=.. | gamma:... | trace:path.csv"),
+    slo: str = typer.Option("ttft=2s,tpot=100ms", help="SLO, e.g. ttft=2s,tpot=100ms"),
+    seed: int = typer.Option(0, help="Random seed of the traffic."),
+    what_if: list[str] = typer.Option([], "--what-if", help=WHAT_IF_HELP + " (host_overhead is not a serving key)"),
+    top: int = typer.Option(6, help="Remedies to show."),
+    as_json: bool = typer.Option(False, "--json", help="Print the verdict and remedies as JSON."),
+) -> None:
+    """Name what bounds TTFT and TPOT (and whether the deployment is overloaded); propose simulated changes."""
+    from windtunnel.serve_explain import explain_serving
+
+    document = explain_serving(model, hardware, deployment, traffic, slo=slo, seed=seed, what_if=what_if or None,
+                               top=top)
+    if as_json:
+        _emit_json(document)
+        return
+    print_serving(document, console)
+    if "variant" in document:
+        console.rule(f"what-if: {document['variant']['what_if']}")
+        print_serving(document["variant"], console)
+
+
+def print_serving(document: dict, out: Console) -> None:
+    """The serving explain document as text."""
+    out.print(f"[bold]{document['model']}[/] on {document['hardware']}: {document['deployment']} "
+              f"({document['devices']} devices)", soft_wrap=True)
+    for line in document["verdict"]:
+        out.print(f"  verdict: {line}", markup=False)
+    if not document["remedies"]:
+        out.print("no simulated change raised SLO goodput")
+        return
+    table = Table(title="remedies (each simulated; best goodput per device first)")
+    for name in ("#", "change", "deployment", "devices", "goodput req/s", "TTFT p90", "TPOT p90"):
+        table.add_column(name, overflow="fold")
+    for index, remedy in enumerate(document["remedies"], start=1):
+        table.add_row(str(index), remedy["change"], remedy["deployment"], str(remedy["devices"]),
+                      f"{remedy['goodput_requests_per_s']:.2f}", f"{remedy['ttft_p90_s']:.3g} s",
+                      f"{remedy['tpot_p90_s']:.3g} s")
+    out.print(table)
 
 
 def train_explain(

@@ -127,12 +127,26 @@ def simulate_cmd(
     router: str | None = typer.Option(None, help="round_robin, least_tokens or kv_aware (overrides the deployment's)."),
     profile: Path | None = typer.Option(None, help="Calibration profile of a chip of the deployment (from `windtunnel "
                                         "calibrate ... --out`): its efficiencies replace the catalog's on that chip."),
+    what_if: list[str] = typer.Option([], "--what-if", help="Hardware what-if KEY=VALUE (repeatable; VALUE xF or a "
+                                      "quantity with its unit, e.g. hbm_bandwidth=x1.5): shown after the base."),
     as_json: bool = AS_JSON,
 ) -> None:
     """Simulate serving TRAFFIC on a DEPLOYMENT of MODEL on HARDWARE: latency percentiles, throughput, goodput."""
     from windtunnel.infer.api import simulate_serving
 
     result = simulate_serving(model, hardware, deployment, traffic, slo=slo, seed=seed, router=router, profile=profile)
+    if what_if:
+        from windtunnel.serve_explain import serving_variant
+
+        variant, what = serving_variant(model, hardware, deployment, traffic, what_if, result.devices, slo=slo,
+                                        seed=seed, router=router, profile=profile)
+        if as_json:
+            _emit_json({**result.to_json_dict(), "what_if": what.label, "variant": variant.to_json_dict()})
+            return
+        print_result(result)
+        console.rule(f"what-if: {what.label}")
+        print_result(variant)
+        return
     if as_json:
         _emit_json(result.to_json_dict())
     else:
