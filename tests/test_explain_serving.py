@@ -64,3 +64,12 @@ def test_cli_infer_simulate_what_if(cli):
     assert doc["variant"]["ttft_s"]["mean"] > doc["ttft_s"]["mean"]
     bad = cli("infer", "simulate", *ARGS, "--traffic", TRAFFIC.format(rate=2), "--what-if", "tflops=x2")
     assert_one_clear_error(bad, "tflops", "hbm_bandwidth")
+
+
+def test_cli_infer_search_on_what_if_hardware(cli):
+    proc = cli("infer", "search", "--model", "llama3-8b", "--hardware", "h100-sxm", "--devices", "8", "--traffic",
+               "poisson:rate=4,input=lognormal(1000,0.8),output=lognormal(200,1.0)", "--top", "2", "--requests", "200",
+               "--workers", "1", "--what-if", "hbm_bandwidth=x2", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["hardware"] == "h100-sxm (hbm_bandwidth=x2)" and doc["what_if"] == "hbm_bandwidth=x2"

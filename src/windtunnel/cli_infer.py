@@ -178,12 +178,16 @@ def search_cmd(
     workers: int | None = typer.Option(None, help="Local processes (default: all cores)."),
     as_json: bool = AS_JSON,
     report: Path | None = typer.Option(None, help="Write a self-contained HTML report."),
+    what_if: list[str] = typer.Option([], "--what-if", help="Search on what-if hardware, KEY=VALUE (repeatable; "
+                                      "VALUE xF or a quantity with its unit)."),
 ) -> None:
     """Search deployments within a device budget that serve TRAFFIC at an SLO attainment target (progress on stderr)."""
     from windtunnel.infer.search import search_deployments
     from windtunnel.infer.search_report import search_table, write_search_html
     from windtunnel.search.backends import make_backend
+    from windtunnel.serve_explain import searched_hardware
 
+    hardware, named, cleanup = searched_hardware(hardware, devices, what_if)
     runner = make_backend(backend, address=address, workers=workers)
     try:
         with stderr_progress() as progress:
@@ -194,6 +198,9 @@ def search_cmd(
                                           router=router)
     finally:
         runner.close()
+        cleanup()
+    if what_if:
+        document.update(hardware=named, what_if=",".join(what_if))
     if report is not None:
         write_search_html(document, report)
     if as_json:

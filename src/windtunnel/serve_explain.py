@@ -289,3 +289,16 @@ def serving_variant(model, hardware: str, deployment, traffic, what_if, devices:
     result.assumptions.append(f"what-if: {what.label} (on {hardware})")
     result.hardware = f"{hardware} ({what.label})"
     return result, what
+
+
+def searched_hardware(hardware: str, devices: int, what_if) -> tuple[str, str, object]:
+    """For `infer search --what-if`: (hardware to search on, its name for the output, cleanup callable). Without
+    what-ifs the hardware itself and a no-op; with them a cluster file in a temporary folder the cleanup removes."""
+    import shutil
+
+    what = parse_what_if(what_if)
+    if not what:
+        return hardware, hardware, lambda: None
+    folder = Path(tempfile.mkdtemp(prefix="windtunnel-whatif-"))
+    return (hardware_file(hardware, devices, what, folder), f"{hardware} ({what.label})",
+            lambda: shutil.rmtree(folder, ignore_errors=True))
