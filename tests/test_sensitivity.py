@@ -100,3 +100,17 @@ def test_cli_sensitivity_json_and_report(cli, tmp_path):
     bare = cli("train", "sensitivity", "--model", "llama3-8b", "--hardware", "h100-sxm", "--devices", "8",
                "--global-batch", "16", "--delta", "10")
     assert_one_clear_error(bare, "delta", "%")
+
+
+def test_search_re_searches_the_best_plan_at_each_variant():
+    """With search, the best plan moves with the hardware: at half the HBM the best plan fits in half, and more
+    capacity never makes the best step slower."""
+    document = training_sensitivity("llama3-8b", "h100-sxm", 8, seq_len=4096, global_batch=32, plan="tp=1,mbs=1",
+                                    resources=["hbm_capacity", "flops"], search=True, delta=0.5)
+    searched = document["searched"]
+    assert searched["base_best_plan"] and searched["elasticities"]["hbm_capacity"] <= 0.0
+    assert searched["elasticities"]["flops"] < -0.5
+    half = next(row for row in document["variants"] if row["resource"] == "hbm_capacity" and row["factor"] == 0.5)
+    assert half["feasible"] is False  # the given plan stops fitting...
+    assert half["best_plan"] != document["plan"]  # ...and the search moves to one that does
+    assert document["triangle"]["capacity"] > 0.0
