@@ -13,6 +13,7 @@ from windtunnel.cli_avail import avail_app
 from windtunnel.cli_calibrate import calibrate_training_cmd
 from windtunnel.cli_explain import register as register_explain
 from windtunnel.cli_infer import infer_app, validate_inference_cmd
+from windtunnel.cli_job import register as register_job
 from windtunnel.cli_profiling import register as register_profiling
 from windtunnel.specs.errors import WindtunnelError
 
@@ -31,6 +32,7 @@ app.add_typer(infer_app, name="infer")
 validate_app.command("inference")(validate_inference_cmd)
 calibrate_app.command("training")(calibrate_training_cmd)
 register_explain(train_app, app)  # train explain, train sensitivity, compare train
+register_job(train_app)  # train job
 register_profiling(calibrate_app, app)  # calibrate collectives, calibrate trace, probe
 
 console = Console()
