@@ -34,6 +34,8 @@ _OPERATOR = re.compile(r"^([x/+\-])([0-9]+)$")
 _DERIVED = {"schedule": ("1f1b", "interleaved")}
 # How an effect names the share it moved (the step's own breakdown: the bubble there includes stage imbalance).
 _FOCUS_LABEL = {"bubble": "pipeline idle", "recompute": "recompute", "compute": "compute", "host": "host issue"}
+# An effect names the time a change adds when some share grows by more than this fraction of the step.
+PRICE_SHARE = 0.02
 # For a plan that does not fit, this many one-step changes that make it fit are listed first.
 SINGLE_STEP_FITS = 3
 
@@ -121,23 +123,27 @@ def apply_change(plan: Plan, change: dict) -> Plan | None:
 
 
 def plan_diff(base: Plan, new: Plan) -> str:
-    """The keys that differ, as ``vpp 1 -> 4, recompute selective -> full``."""
+    """The keys that differ, as ``vpp 1 -> 4, recompute selective -> full:1`` (full:k recomputes the first k
+    layers of each chunk; the schedule as the plan runs it)."""
     out = []
     for key in Plan.model_fields:
-        before, after = getattr(base, key), getattr(new, key)
-        if key == "schedule":
-            before, after = base.pipeline_schedule, new.pipeline_schedule
+        if key == "recompute_layers":
+            continue
+        before, after = _shown(base, key), _shown(new, key)
         if before != after:
-            out.append(f"{key} {_show(key, before)} -> {_show(key, after)}")
+            out.append(f"{key} {before} -> {after}")
     return ", ".join(out)
 
 
-def _show(key: str, value: object) -> str:
+def _shown(plan: Plan, key: str) -> str:
+    if key == "schedule":
+        return plan.pipeline_schedule
+    value = getattr(plan, key)
+    if key == "recompute" and value == "full" and plan.recompute_layers >= 0:
+        return f"full:{plan.recompute_layers}"
     if isinstance(value, bool):
         return "true" if value else "false"
-    if value is None or (key == "recompute_layers" and value == -1):
-        return "all" if value == -1 else "-"
-    return str(value)
+    return "-" if value is None else str(value)
 
 
 @dataclass
@@ -226,6 +232,11 @@ def _effect(candidate: Candidate, base: TrainingResult, base_coarse: dict, job: 
         after = matching_share({k: v / result.step_time_s for k, v in coarse.items()}, focus)
         parts.append(f"{_FOCUS_LABEL.get(focus, focus.replace('*:', '').upper() + ' traffic')} "
                      f"{before:.0%} -> {after:.0%}")
+    # What the change costs: the share that grew most, when it grew by more than PRICE_SHARE of the base step.
+    growth = {k: coarse.get(k, 0.0) - base_coarse.get(k, 0.0) for k in set(coarse) | set(base_coarse)}
+    worst = max(growth, key=lambda k: (growth[k], k)) if growth else None
+    if worst is not None and growth[worst] > PRICE_SHARE * base.step_time_s:
+        parts.append(f"+{growth[worst]:.2g} s {worst} exposed" if ":" in worst else f"+{growth[worst]:.2g} s {worst}")
     parts.append(f"step {result.step_time_s / base.step_time_s - 1:+.0%}")
     memory = (result.peak_memory_bytes - base.peak_memory_bytes) / GIB
     if result.feasible and not base.feasible:
@@ -233,6 +244,13 @@ def _effect(candidate: Candidate, base: TrainingResult, base_coarse: dict, job: 
     else:
         parts.append(f"memory {memory:+.1f} GiB")
     return ", ".join(parts)
+
+
+def _dominates(a: Candidate, b: Candidate) -> bool:
+    """``a`` makes ``b`` pointless: no more changes, no slower, no more memory, and better in one of them."""
+    ka = (a.steps, -a.result.tokens_per_s, a.result.peak_memory_bytes, a.numerics)
+    kb = (b.steps, -b.result.tokens_per_s, b.result.peak_memory_bytes, b.numerics)
+    return all(x <= y for x, y in zip(ka, kb, strict=True)) and ka != kb
 
 
 def _verified(job: TrainingJob, candidate: Candidate) -> bool:
@@ -278,6 +296,12 @@ def find_remedies(job: TrainingJob, verdict: dict, base: TrainingResult, *, top:
     # Changes that keep the training arithmetic first, then those that alter it (fp8, bf16 states); for a
     # plan that does not fit, the smallest (one-step) changes that make it fit lead, cheapest first.
     shown.sort(key=lambda c: (c.numerics, -c.result.tokens_per_s, c.steps, c.result.plan))
+    # A change whose step and memory a simpler (or earlier-ranked) one already gives adds nothing.
+    outcomes: dict[tuple, Candidate] = {}
+    for candidate in sorted(shown, key=lambda c: (c.steps, c.numerics, c.result.plan)):
+        outcomes.setdefault((candidate.result.step_time_s, candidate.result.peak_memory_bytes), candidate)
+    kept = set(map(id, outcomes.values()))
+    shown = [c for c in shown if id(c) in kept and not any(_dominates(other, c) for other in shown)]
     if not base.feasible:
         single = [c for c in shown if c.steps == 1][:SINGLE_STEP_FITS]
         shown = single + [c for c in shown if c not in single]
