@@ -38,3 +38,14 @@ def test_cli_compare_train(cli):
     text = cli("compare", "train", "--model", "llama3-8b", "--hardware", "h100-sxm", "--devices", "8",
                "--global-batch", "16", "--plan", "tp=1,mbs=1", "--plan", "tp=2,mbs=1")
     assert text.returncode == 0 and "step time" in text.stdout
+
+
+def test_explain_and_sensitivity_render_as_frames():
+    from windtunnel.insight import explain_training, to_frames, training_sensitivity
+
+    kwargs = dict(seq_len=4096, global_batch=16, plan="tp=1,mbs=1")
+    frames = to_frames(explain_training("llama3-8b", "h100-sxm", 8, top=3, **kwargs))
+    assert frames["shares"]["share"].sum() == 1.0 or abs(frames["shares"]["share"].sum() - 1.0) < 1e-9
+    assert frames["shares"].index[0] == "compute" and len(frames["remedies"]) <= 3
+    elasticities = to_frames(training_sensitivity("llama3-8b", "h100-sxm", 8, **kwargs))["elasticities"]
+    assert set(elasticities.index) >= {"flops", "hbm_bandwidth"} and set(elasticities["kind"]) == {"resource", "cost"}

@@ -24,7 +24,7 @@ from windtunnel.train.sensitivity import sensitivity
 from windtunnel.train.step import TrainingJob
 from windtunnel.train.variant import job_variant
 
-__all__ = ["training_job", "explain_training", "training_sensitivity", "compare_training", "best_plan"]
+__all__ = ["training_job", "explain_training", "training_sensitivity", "compare_training", "best_plan", "to_frames"]
 
 
 def training_job(model: str | ModelSpec, hardware: str | Cluster, devices: int | None = None, *, seq_len: int,
@@ -145,3 +145,20 @@ def compare_training(model, hardware: str | list[str], devices: int, *, seq_len:
         label = " | ".join(values[name] for name in varying) or values["plan"]
         comparison.entries.append((label, simulate(job_variant(job, what or None))))
     return comparison
+
+
+def to_frames(document: dict) -> dict:
+    """pandas DataFrames of an explain or sensitivity document: ``shares`` (resource, share, seconds),
+    ``remedies`` (one row per remedy) and ``elasticities`` (resource, elasticity, kind), those it has."""
+    import pandas as pd
+
+    frames = {}
+    if "shares" in document:
+        frames["shares"] = pd.DataFrame({"share": document["shares"], "seconds": document["seconds"]}).sort_values(
+            "share", ascending=False)
+    if "remedies" in document:
+        frames["remedies"] = pd.DataFrame(document["remedies"])
+    if "elasticities" in document:
+        frames["elasticities"] = pd.DataFrame({"elasticity": document["elasticities"],
+                                               "kind": document["direction"]})
+    return frames
