@@ -147,6 +147,10 @@ def backward_of(forward: OpGraph, *, comm_swap: dict[str, str] | None = None) ->
         elif op.kind == "attention":
             new_index[index] = backward.add(replace(op, name=op.name + ".bwd", flops=op.flops * 2.5,
                                                     bytes_moved=op.bytes_moved * 2.0, **base))
+        elif op.kind in ("conv", "gather", "sparse"):
+            from windtunnel.graph.kinds import kind_backward
+
+            new_index[index] = kind_backward(backward, op, base)
         elif op.kind == "memory":
             bytes_moved = op.bytes_moved * 2.0 if op.backward_bytes is None else op.backward_bytes
             new_index[index] = backward.add(replace(op, name=op.name + ".bwd", bytes_moved=bytes_moved,
