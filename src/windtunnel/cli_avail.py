@@ -257,6 +257,27 @@ def optimize_cmd(
         console.print(table)
 
 
+@scenario_command("target")
+def target_cmd(
+    sc: Scenario,
+    availability: float = typer.Option(0.98, help="Target availability (fraction of wall time running), e.g. 0.98."),
+    ettr: float | None = typer.Option(None, help="Also a target ETTR (useful progress / wall time), e.g. 0.95."),
+    replications: int = typer.Option(100, help="Replications re-simulating the chosen point."),
+    seed: int = typer.Option(0, help="Random seed."),
+    as_json: bool = AS_JSON,
+) -> None:
+    """What reaches a target availability (and ETTR) from these inputs: failure rate, detection, restart,
+    repair, spares, checkpoint interval, each moved alone (Markov); the chosen point re-simulated."""
+    from windtunnel.avail.target import availability_target
+    from windtunnel.cli_avail_target import print_target
+
+    out = availability_target(sc, availability=availability, ettr=ettr, replications=replications, seed=seed)
+    if as_json:
+        _emit_json(out)
+        return
+    print_target(out, console)
+
+
 @avail_app.command("checkpoint-interval")
 def checkpoint_interval_cmd(
     mtbf: str = typer.Option(..., help="Mean time between failures of the job, e.g. 24h."),

@@ -87,7 +87,7 @@ class Mechanics:
             ovh = self.stall / period + self.mem_stall / self.tm
             return 1.0 - ovh, ovh, 0.0
         p_fail = fail_rate / lam
-        n_taken = 1.0 / math.expm1(lam * period)               # E[floor(u / period)]
+        n_taken = _inv_expm1(lam * period)                    # E[floor(u / period)]
         mean_u = 1.0 / lam
         if self.rollback_checkpoint:
             n_durable = math.exp(-lam * self.lag) * n_taken   # E[#durable checkpoints before a failure]
@@ -101,9 +101,14 @@ class Mechanics:
             useful = p_fail * useful_f + (1 - p_fail) * useful_k
             ovh = p_fail * ovh_f + (1 - p_fail) * ovh_k
             return useful * lam, ovh * lam, 1.0 - (useful + ovh) * lam
-        ovh = n_taken * self.stall + (self.mem_stall / math.expm1(lam * self.tm) if self.mem_stall else 0.0)
-        lost = p_fail * (mean_u - self.tm / math.expm1(lam * self.tm))
+        ovh = n_taken * self.stall + (self.mem_stall * _inv_expm1(lam * self.tm) if self.mem_stall else 0.0)
+        lost = p_fail * (mean_u - self.tm * _inv_expm1(lam * self.tm))
         return 1.0 - (ovh + lost) * lam, ovh * lam, lost * lam
+
+
+def _inv_expm1(x: float) -> float:
+    """1 / (exp(x) - 1) without overflow for large x (x > 0)."""
+    return math.exp(-x) / -math.expm1(-x)
 
 
 @dataclass(frozen=True)
