@@ -206,7 +206,7 @@ def rehearse_phase(inp: JobInputs, phase: Phase, *, keep_timeline: bool = True) 
     sim_sc = _with_horizon(sc, wall_s)
     sim = simulate(sim_sc, inp.replications, inp.seed, keep_timeline=keep_timeline)
     util = busy_fraction(train.breakdown, train.step_time_s)
-    power = inp.device_power_w or chip.model_dump().get("power_w")
+    power = inp.device_power_w or chip.power_w
     energy = None
     if power:
         energy = phase_energy_kwh(devices=inp.devices, wall_s=wall_s, lost_s_by_cause=lost, max_power_w=power,

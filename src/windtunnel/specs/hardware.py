@@ -48,6 +48,8 @@ class Chip(BaseModel):
     # host memory per device (bytes): what activation offloading can use. None where not catalogued.
     host_link_bandwidth: PositiveFloat | None = None
     host_memory_bytes: PositiveFloat | None = None
+    # Board power (TDP or the power limit), watts: what the job rehearsal's energy uses. None where unpublished.
+    power_w: PositiveFloat | None = None
     default_cluster: str
     sources: dict[str, str]
 
