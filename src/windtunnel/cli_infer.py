@@ -249,12 +249,13 @@ def validate_inference_cmd(
 @infer_app.command("calibrate")
 def calibrate_cmd(
     csv_path: Path = typer.Argument(..., help="CSV in the schema of shared/reference/inference_runs.csv."),
+    out: Path = typer.Option(..., "--out", help="File the fitted serving parameters are written to (YAML)."),
     as_json: bool = AS_JSON,
 ) -> None:
-    """Fit the serving parameters on the calibration rows (writes catalog/deployments/calibration.yaml)."""
+    """Fit the serving parameters on the calibration rows and write them to --out (never into the package)."""
     from windtunnel.infer.validation import calibrate, read_rows
 
-    report = calibrate(read_rows(csv_path))
+    report = calibrate(read_rows(csv_path), write=False, out=out)
     if as_json:
         _emit_json(report)
     else:

@@ -21,7 +21,7 @@ budget, vLLM V1 / Sarathi-Serve; ``separate``: prefill-only or decode-only itera
 vLLM V0; ``whole``: decodes plus whole prompts that fit, TensorRT-LLM in-flight batching; ``chunked=false``
 means ``separate``), ``admission`` (``greedy``: admit on the prompt's KV and preempt by
 recompute when the cache overflows, as vLLM; ``reserve``: admit only when the whole output fits and
-never preempt, as TensorRT-LLM's GUARANTEED_NO_EVICT), ``precision`` (weights/GEMMs: bf16, fp16, fp8), ``kv`` (KV cache:
+never preempt, as TensorRT-LLM's GUARANTEED_NO_EVICT), ``precision`` (weights/GEMMs: bf16, fp16, fp8, int8 = W8A8, w4a16/w8a16 = weight-only), ``kv`` (KV cache:
 bf16, fp16, fp8), ``prefix_hit`` (prefix-cache hit rate, 0..1), ``chip`` (overrides ``--hardware``),
 ``mem_util``, ``tbo`` (two-batch overlap of communication with compute), ``overhead`` (host time per
 iteration), ``moe_imbalance``, ``block_size``, ``prefix_cache`` (block-hash prefix cache; default on when the
@@ -42,6 +42,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from windtunnel.infer.memory import (
+    WEIGHT_ONLY,
     activation_bytes,
     bytes_of,
     kv_bytes_per_token_layer,
@@ -55,7 +56,8 @@ from windtunnel.specs.yamlio import catalog_dir, read_mapping_file, read_yaml
 
 ROLES = ("mixed", "prefill", "decode")
 ROUTERS = ("round_robin", "least_tokens", "kv_aware", "cache_aware")
-PRECISIONS = ("bf16", "fp16", "fp8")
+PRECISIONS = ("bf16", "fp16", "fp8", "int8", "w4a16", "w8a16")  # int8 = W8A8; wNa16 = N-bit weights, 16-bit math
+KV_PRECISIONS = ("bf16", "fp16", "fp8")
 _ROUTER_ALIASES = {"rr": "round_robin", "roundrobin": "round_robin", "least_outstanding_tokens": "least_tokens",
                    "lot": "least_tokens", "least_tokens": "least_tokens", "kv": "kv_aware", "kvaware": "kv_aware",
                    "cache": "cache_aware", "prefix_aware": "cache_aware"}
@@ -78,6 +80,7 @@ def serving_defaults() -> dict:
     doc = read_yaml(catalog_dir("deployments", "serving.yaml")) or {}
     defaults = dict(doc.get("defaults") or {})
     defaults["models"] = doc.get("models") or {}
+    defaults["systems"] = doc.get("systems") or {}
     fitted_path = catalog_dir("deployments", "calibration.yaml")
     if fitted_path.exists():
         fitted = (read_yaml(fitted_path) or {}).get("fitted") or {}
@@ -201,8 +204,9 @@ def _instance_from_mapping(role: str, values: dict, where: str) -> InstanceSpec:
             kwargs[key] = text
         elif key in ("precision", "kv"):
             text = str(raw).strip().lower()
-            if text not in PRECISIONS:
-                raise WindtunnelError(f"{where}: field '{key}' is '{raw}'; valid: {', '.join(PRECISIONS)}.", field=key)
+            choices = PRECISIONS if key == "precision" else KV_PRECISIONS
+            if text not in choices:
+                raise WindtunnelError(f"{where}: field '{key}' is '{raw}'; valid: {', '.join(choices)}.", field=key)
             kwargs[key] = text
         elif key == "prefix_hit":
             kwargs[key] = parse_float(raw, key, low=0.0, high=0.99)
@@ -420,10 +424,10 @@ def resolve_instance(model: ModelSpec, hardware: str, spec: InstanceSpec, *, enf
             precision = "bf16"
         elif precision != "bf16":
             notes.append(f"{spec.role}: weights and GEMMs in {precision} (the precision {model.id} is published in)")
-    if precision not in chip.peak_flops:
+    if precision not in chip.peak_flops and precision not in WEIGHT_ONLY:
         raise WindtunnelError(f"Field 'precision' is '{precision}' but chip '{chip.id}' has no {precision} peak; "
-                              f"valid: {choices_text(chip.peak_flops)}.", field="precision")
-    kv_precision = spec.kv or ("bf16" if precision == "fp8" else precision)
+                              f"valid: {choices_text([*chip.peak_flops, *WEIGHT_ONLY])}.", field="precision")
+    kv_precision = spec.kv or ("bf16" if precision in ("fp8", "int8") or precision in WEIGHT_ONLY else precision)
     if kv_precision == "fp8" and "fp8" not in chip.peak_flops:
         raise WindtunnelError(f"Field 'kv' is 'fp8' but chip '{chip.id}' has no fp8 support; valid: "
                               f"{choices_text(p for p in chip.peak_flops if p != 'fp8')}.", field="kv")
@@ -438,7 +442,7 @@ def resolve_instance(model: ModelSpec, hardware: str, spec: InstanceSpec, *, enf
     overhead = spec.overhead  # None: the fitted (or prior) value, resolved by the iteration model
     imbalance = spec.moe_imbalance or float(defaults.get("moe_imbalance", 1.0))
     weights = weight_bytes_per_device(model, tp, dp, ep, spec.pp, precision)
-    activations = activation_bytes(model, tp, max_tokens // dp, max_batch // dp)
+    activations = activation_bytes(model, tp, max_tokens // dp, max_batch // dp, etp=max(1, tp * dp // ep))
     kv_b = bytes_of(kv_precision)
     layers_stage = math.ceil(model.layers / spec.pp)
     per_token = kv_bytes_per_token_layer(model, tp, kv_b) * layers_stage

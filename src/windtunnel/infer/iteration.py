@@ -30,9 +30,10 @@ import math
 from dataclasses import replace
 
 from windtunnel.cost.collectives import collective_time, p2p_time, place_group
-from windtunnel.cost.compute import gemm_time
 from windtunnel.cost.efficiency import Efficiency, efficiency_for
 from windtunnel.infer.deployment import InstancePlan, fitted_value, serving_defaults, system_value
+from windtunnel.infer.kernels import autotuned_gemm, expert_kernel, tile_variants, weight_only_gemm
+from windtunnel.infer.memory import WEIGHT_ONLY, bytes_of
 from windtunnel.specs.model import ModelSpec
 
 ACT = 2.0  # bytes per activation element (bf16)
@@ -66,6 +67,13 @@ class IterationModel:
             self.attention_bandwidth = system_value(system, "attention_bandwidth", bandwidth, fitted)
         self.precision = plan.precision
         self.gemm_precision = plan.precision if plan.precision in self.chip.peak_flops else "bf16"
+        # W8A8 int8 and weight-only int4/int8 (w4a16/w8a16): the weights' stored bytes differ from the compute
+        # precision's, so their GEMMs use the weight-size-aware path (infer/kernels.py).
+        self.weight_bytes = bytes_of(plan.precision) if plan.precision == "int8" or plan.precision in WEIGHT_ONLY else None
+        if plan.precision in WEIGHT_ONLY:
+            self.gemm_precision = WEIGHT_ONLY[plan.precision][0]
+        self._tiles = tile_variants(self.eff)
+        self.expert_kernel = expert_kernel(system, generation, plan.precision)
         self.attn_peak = self.chip.peak("bf16") if "bf16" in self.chip.peak_flops else self.chip.peak("fp16")
         self.bandwidth = self.chip.hbm_bandwidth * self.eff.memory_bandwidth
         cluster = plan.cluster
@@ -134,7 +142,24 @@ class IterationModel:
 
     # ---- token-proportional part ----------------------------------------------------------------
     def _gemm(self, m: int, n: int, k: int, count: int = 1) -> float:
-        return gemm_time(m, n, k, self.gemm_precision, self.chip, self.eff, count=count)
+        if self.weight_bytes is not None:
+            t = weight_only_gemm(m, n, k, self.gemm_precision, self.weight_bytes, self.chip, self._tiles, count=count)
+            if self.gemm_precision == "int8":  # W8A8: the 16-bit activation is quantised first (read 2, write 1 byte)
+                t += count * 3.0 * m * k / (self.chip.hbm_bandwidth * self.eff.memory_bandwidth) + self.eff.kernel_overhead_s
+            return t
+        return autotuned_gemm(m, n, k, self.gemm_precision, self.chip, self._tiles, count=count)
+
+    def _expert_gemm(self, m: int, n: int, k: int, count: int) -> float:
+        """Grouped expert GEMMs with the serving system's expert kernel class (see infer/kernels.py)."""
+        kernel = self.expert_kernel
+        if kernel.precision is None and kernel.rate_share == 1.0:
+            return self._gemm(m, n, k, count)
+        compute = kernel.precision or self.gemm_precision
+        if compute not in self.chip.peak_flops:
+            compute = self.gemm_precision
+        stored = kernel.weight_bytes if kernel.weight_bytes is not None else (1.0 if compute == "fp8" else 2.0)
+        return weight_only_gemm(m, n, k, compute, stored, self.chip, self._tiles, count=count,
+                                rate_share=kernel.rate_share)
 
     def _memory(self, elements: float, passes: float = 2.0) -> float:
         return passes * ACT * elements / self.bandwidth + self.eff.kernel_overhead_s
@@ -196,7 +221,7 @@ class IterationModel:
             if p.ep > 1:
                 # Each rank of the busiest TP group dispatches its 1/tp share of the group's tokens.
                 per_rank = tr / p.tp
-                dispatch_bytes = 1.0 if self.precision == "fp8" else ACT
+                dispatch_bytes = 1.0 if self.precision in ("fp8", "int8") else ACT
                 moe_comm += self._collective("all_to_all", dispatch_bytes * per_rank * moe.topk * h, self.ep_group,
                                              fanout=moe.topk)
                 moe_comm += self._collective("all_to_all", ACT * per_rank * moe.topk * h, self.ep_group, fanout=moe.topk)
@@ -225,8 +250,8 @@ class IterationModel:
         per_expert = max(1, math.ceil(routed / active))
         width = moe.ffn_hidden // self.etp
         up = 2 * width if m.activation == "swiglu" else width
-        return (self._gemm(per_expert, up, m.hidden, count=active) + self._memory(per_expert * active * up, 1.5)
-                + self._gemm(per_expert, m.hidden, width, count=active))
+        return (self._expert_gemm(per_expert, up, m.hidden, active) + self._memory(per_expert * active * up, 1.5)
+                + self._expert_gemm(per_expert, m.hidden, width, active))
 
     def _other_part(self, tr: int) -> float:
         """Embedding lookup and pipeline hand-offs for ``tr`` tokens on the busiest group (seconds)."""

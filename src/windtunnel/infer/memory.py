@@ -23,9 +23,14 @@ def kv_bytes_per_token_layer(model: ModelSpec, tp: int, kv_bytes: float) -> floa
     return 2.0 * local_heads * model.head_dim * kv_bytes
 
 
+WEIGHT_ONLY = {"w4a16": ("bf16", 0.5), "w8a16": ("bf16", 1.0)}  # precision: (compute precision, weight bytes)
+
+
 def bytes_of(precision: str) -> float:
-    """Bytes per element of a serving precision (fp8: 1, bf16/fp16: 2)."""
-    return 1.0 if precision == "fp8" else 2.0
+    """Bytes per stored element of a serving precision (fp8/int8: 1, int4 weights (w4a16): 0.5, bf16/fp16: 2)."""
+    if precision in WEIGHT_ONLY:
+        return WEIGHT_ONLY[precision][1]
+    return 1.0 if precision in ("fp8", "int8") else 2.0
 
 
 def weight_bytes_per_device(model: ModelSpec, tp: int, dp: int, ep: int, pp: int, precision: str) -> float:
@@ -52,11 +57,12 @@ def weight_bytes_per_device(model: ModelSpec, tp: int, dp: int, ep: int, pp: int
     return (per_stage + extra) * b
 
 
-def activation_bytes(model: ModelSpec, tp: int, max_tokens: int, max_batch: int) -> float:
+def activation_bytes(model: ModelSpec, tp: int, max_tokens: int, max_batch: int, etp: int = 1) -> float:
     """Activation workspace per device: the widest iteration's hidden states and local FFN input
-    (max_tokens x (4 x hidden + 2 x widest local FFN width) x 2 bytes) plus fp32 logits of the batch."""
+    (max_tokens x (4 x hidden + 2 x widest local FFN width) x 2 bytes) plus fp32 logits of the batch.
+    A routed token's expert intermediate is split over the ``etp`` expert-tensor-parallel ranks."""
     widest = model.ffn_hidden // tp
     if model.moe is not None:
-        widest = max(widest, 2 * model.moe.ffn_hidden * model.moe.topk)
+        widest = max(widest, 2 * model.moe.ffn_hidden * model.moe.topk // max(1, etp))
     per_token = (4 * model.hidden + 2 * widest) * 2.0
     return max_tokens * per_token + max_batch * model.vocab / tp * 4.0

@@ -124,6 +124,10 @@ def _kv_precision(row: dict, precision: str, notes: list[str]) -> str:
     if kv:
         return kv
     system = (row.get("serving_system") or "").lower()
+    if precision == "fp8" and "tensorrt-llm 0.9" in system and (row.get("arch") or "").strip() == "moe":
+        notes.append("kv_precision blank: bf16 (TensorRT-LLM 0.9's first Mixtral FP8 path quantises the GEMM weights; "
+                     "the source's checkpoint configs set kv_cache_quant_algo FP8 for Llama-2 only)")
+        return "bf16"
     if precision == "fp8" and ("tensorrt-llm" in system or "nim" in system):
         notes.append("kv_precision blank: fp8 (TensorRT-LLM fp8 engines are built with an fp8 KV cache)")
         return "fp8"
@@ -297,13 +301,14 @@ def _fitted_from(params: list, values) -> dict:
     return fitted
 
 
-def calibrate(rows: list[dict], *, write: bool = True) -> dict:
+def calibrate(rows: list[dict], *, write: bool = True, out: str | Path | None = None) -> dict:
     """Fit the serving parameters on the calibration rows only, by least squares on the log error within
     physical bounds and with a weak pull towards the priors: per hardware generation the share of HBM
     bandwidth weight streaming reaches (``memory_bandwidth``), the fp8 GEMM efficiency (``gemm_fp8``) and
     the host time per iteration (``step_overhead_s``); per serving system the bandwidth share its
     decode-attention kernel reaches on KV reads (``attention_bandwidth``; systems without calibration rows
-    use ``memory_bandwidth``)."""
+    use ``memory_bandwidth``). ``write`` rewrites the package's catalog/deployments/calibration.yaml (the
+    developer script validation/fit_serving_calibration.py); ``out`` writes the fit to that file instead."""
     from scipy.optimize import minimize
 
     calibration = [r for r in rows if row_role(r) == "calibration" and (r.get("hardware") or "") in chip_names()]
@@ -332,17 +337,18 @@ def calibrate(rows: list[dict], *, write: bool = True) -> dict:
     report = {"parameters": {f"{scope}.{key}.{name}": fitted[scope][key][name] for scope, key, name, _, _ in params},
               "rows": [r["id"] for r in usable], "row_errors": errors,
               "rms_log_error": round(math.sqrt(sum(math.log(1 + e) ** 2 for e in errors.values()) / len(errors)), 4)}
-    if write:
-        header = ("# Fitted serving parameters, written by `windtunnel infer calibrate validation/inference_runs.csv`.\n"
+    if write or out is not None:
+        header = ("# Fitted serving parameters, written by `.venv/bin/python validation/fit_serving_calibration.py`.\n"
                   "# Fitted on calibration rows only (DeepSeek profile-data timings, TensorRT-LLM 0.5 static-batch\n"
                   "# benchmark). generations.<gen>: memory_bandwidth (share of HBM bandwidth weight streaming reaches in\n"
                   "# serving iterations), gemm_fp8 (fp8 GEMM efficiency), step_overhead_s (host time per iteration, s);\n"
                   "# systems.<serving system>: attention_bandwidth (share of HBM bandwidth its decode-attention kernel\n"
                   "# reaches on KV reads; used only for that system's rows).\n")
-        write_atomic(catalog_dir("deployments", "calibration.yaml"),
-                     header + yaml.safe_dump({"fitted": fitted, "fit_report": {"hopper+systems": report}},
-                                             sort_keys=True))
-        serving_defaults.cache_clear()
+        target = Path(out) if out is not None else catalog_dir("deployments", "calibration.yaml")
+        write_atomic(target, header + yaml.safe_dump({"fitted": fitted, "fit_report": {"hopper+systems": report}},
+                                                     sort_keys=True))
+        if out is None:
+            serving_defaults.cache_clear()
     return {"fit": report}
 
 
@@ -373,7 +379,7 @@ def report_markdown(results: list[RowResult], summary: dict, csv_path: str) -> s
         "benchmark (I27-I30). Every row measured on a live serving system under load - SGLang's PD-disaggregated",
         "large-EP deployment on 96 H100 and NVIDIA NIM's concurrency sweep - is *validation*.",
         "",
-        "**Fitted on calibration rows only** (`windtunnel infer calibrate validation/inference_runs.csv`; least squares on",
+        "**Fitted on calibration rows only** (`validation/fit_serving_calibration.py`; least squares on",
         "the log error, physical bounds, a weak pull towards the priors): per hardware generation, the share of HBM",
         "bandwidth weight streaming reaches in serving iterations (`memory_bandwidth`, prior 0.75), the fp8 GEMM",
         "efficiency (`gemm_fp8`, prior 0.5143 from the training calibration) and the host time per iteration",

@@ -1,0 +1,81 @@
+"""Serving GEMM kernels on the shared cost core: tile autotuning and the kernel class a serving system uses.
+
+Serving engines profile their GEMM plugins per token count and pick the tile shape that runs fastest
+(TensorRT-LLM's plugin profiler, CUTLASS's and vLLM's heuristics pick 16-64-row tiles for decode-sized
+token counts), so a decode GEMM of a few rows is not padded to the training kernels' 128-row tiles.
+:func:`autotuned_gemm` evaluates ``windtunnel.cost.compute.gemm_time`` for each candidate tile height
+and keeps the fastest.
+
+Some serving systems run their MoE experts through an older kernel class than their dense layers
+(catalog/deployments/serving.yaml ``systems``): :class:`ExpertKernel` says in which precision the
+expert GEMMs compute, how many bytes per weight element they read, and the share of the chip's rate
+those kernels reach on generations they were not written for. Times in seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from windtunnel.cost.compute import gemm_time
+from windtunnel.cost.efficiency import Efficiency
+from windtunnel.specs.hardware import Chip
+
+TILE_HEIGHTS = (16, 32, 64)  # row-tile candidates below the default tile (decode-sized GEMMs)
+
+
+def tile_variants(eff: Efficiency) -> tuple[Efficiency, ...]:
+    """The efficiency with each candidate tile height (the default tile last)."""
+    return tuple(replace(eff, tile_m=t) for t in TILE_HEIGHTS if t < eff.tile_m) + (eff,)
+
+
+def autotuned_gemm(m: int, n: int, k: int, precision: str, chip: Chip, variants: tuple[Efficiency, ...],
+                   count: int = 1) -> float:
+    """Seconds of ``count`` (m x k) @ (k x n) GEMMs with the fastest tile height for ``m`` rows."""
+    if m >= variants[-1].tile_m:
+        return gemm_time(m, n, k, precision, chip, variants[-1], count=count)
+    return min(gemm_time(m, n, k, precision, chip, eff, count=count) for eff in variants)
+
+
+def weight_only_gemm(m: int, n: int, k: int, compute_precision: str, weight_bytes: float, chip: Chip,
+                     variants: tuple[Efficiency, ...], count: int = 1, rate_share: float = 1.0) -> float:
+    """Seconds of ``count`` GEMMs whose weights are stored with ``weight_bytes`` per element and widened
+    to ``compute_precision`` inside the kernel (weight-only quantisation): compute at that precision's
+    rate times ``rate_share``, memory traffic with the stored weight size; the slower bounds it."""
+    if m <= 0 or n <= 0 or k <= 0:
+        return 0.0
+    base = variants[-1]
+    compute_only = tuple(replace(e, memory_bandwidth=1e9, gemm_max={p: v * rate_share for p, v in e.gemm_max.items()})
+                         for e in variants)
+    compute = autotuned_gemm(m, n, k, compute_precision, chip, compute_only, count=count) - base.kernel_overhead_s
+    moved = count * (weight_bytes * k * n + 2.0 * (m * k + m * n))
+    memory = moved / (chip.hbm_bandwidth * base.memory_bandwidth)
+    return max(compute, memory) + base.kernel_overhead_s
+
+
+@dataclass(frozen=True)
+class ExpertKernel:
+    """How a serving system's MoE expert GEMMs run: compute precision (None = the deployment's), stored
+    weight bytes per element (None = the compute precision's), share of the rate reached."""
+
+    precision: str | None = None
+    weight_bytes: float | None = None
+    rate_share: float = 1.0
+    note: str = ""
+
+
+def expert_kernel(system: str | None, generation: str, precision: str) -> ExpertKernel:
+    """The expert-GEMM kernel class of ``system`` on ``generation`` at deployment ``precision`` (the
+    catalog's ``systems`` entry whose name starts the system's name; default: the dense kernels)."""
+    from windtunnel.infer.deployment import serving_defaults
+
+    if not system:
+        return ExpertKernel()
+    for name, entry in (serving_defaults().get("systems") or {}).items():
+        if not system.startswith(str(name)):
+            continue
+        moe = (entry or {}).get("moe_gemm") or {}
+        rule = (moe.get(generation) or {}).get(precision) or {}
+        if rule:
+            return ExpertKernel(rule.get("precision"), rule.get("weight_bytes"), float(rule.get("rate_share", 1.0)),
+                                str(rule.get("note", "")))
+    return ExpertKernel()
