@@ -23,7 +23,8 @@ SHAPES = [  # (devices, tp, pp, seq_len, global_batch, hidden, layers, heads)
 ]
 # The hidden profile: factors on the priors.
 HIDDEN = {"gemm.bf16": 0.92, "attention.flash.fwd": 1.08, "comm.scale_out_efficiency": 0.85, "host.op_s": 1.3}
-FIELDS = ["id", "model", "arch", "layers", "hidden", "ffn_hidden", "heads", "vocab", "seq_len", "hardware", "n_devices",
+FIELDS = ["id", "model", "arch", "layers", "hidden", "ffn_hidden", "heads", "vocab", "position_embedding", "seq_len",
+          "hardware", "n_devices",
           "precision", "tp", "pp", "micro_batch", "global_batch", "recompute", "metric", "value", "framework"]
 
 
@@ -32,7 +33,8 @@ def synthetic_rows(shapes=SHAPES) -> list[dict]:
     rows = []
     for i, (devices, tp, pp, seq, batch, hidden, layers, heads) in enumerate(shapes, start=1):
         rows.append({"id": f"S{i}", "model": "synthetic", "arch": "dense", "layers": str(layers), "hidden": str(hidden),
-                     "ffn_hidden": str(4 * hidden), "heads": str(heads), "vocab": "32000", "seq_len": str(seq),
+                     "ffn_hidden": str(4 * hidden), "heads": str(heads), "vocab": "32000", "position_embedding": "rope",
+                     "seq_len": str(seq),
                      "hardware": CHIP, "n_devices": str(devices), "precision": "bf16", "tp": str(tp), "pp": str(pp),
                      "micro_batch": "1", "global_batch": str(batch), "recompute": "none",
                      "metric": "tokens_per_s_per_device", "value": "1", "framework": "megatron"})

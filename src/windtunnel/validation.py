@@ -85,8 +85,22 @@ def _row_model(row: dict, notes: list[str], dropout: float = 0.1) -> ModelSpec:
         "ffn_hidden": ffn or 4 * hidden, "heads": heads, "kv_heads": _int(row, "kv_heads") or heads,
         "head_dim": _int(row, "head_dim") or hidden // heads,
         "activation": "swiglu" if gated else "gelu", "norm": "rmsnorm" if gated else "layernorm",
+        # GPT-2/3-style blocks (plain 4h GeLU FFN, LayerNorm: GPT-3, Megatron GPT, MPT's benchmark models)
+        # take learned absolute positions, gated ones (Llama-style) rotary embeddings.
+        "position_embedding": "rope" if gated else "learned",
     }
-    notes.append(f"FFN {'gated (SwiGLU)' if gated else 'plain 4h (GeLU)'} inferred from ffn_hidden")
+    notes.append(f"FFN {'gated (SwiGLU)' if gated else 'plain 4h (GeLU)'} inferred from ffn_hidden; positions "
+                 f"{'rotary' if gated else 'learned absolute'}")
+    # Optional columns state the block outright where the FFN width would mislead (a SwiGLU of width 4h).
+    for column, valid in (("activation", ("swiglu", "gelu")), ("norm", ("rmsnorm", "layernorm")),
+                          ("position_embedding", ("rope", "learned", "alibi"))):
+        value = (row.get(column) or "").strip()
+        if value:
+            if value not in valid:
+                raise WindtunnelError(f"Column '{column}' of row {row.get('id')} is '{value}'; valid values: "
+                                      f"{', '.join(valid)} (or leave it blank to infer it from ffn_hidden).")
+            data[column] = value
+            notes.append(f"{column} {value} (column)")
     family = next((key for key in FAMILY_VOCAB if row["model"].lower().startswith(key)), None)
     if _int(row, "vocab"):
         data["vocab"] = _int(row, "vocab")

@@ -163,9 +163,10 @@ class _Builder:
                 elements = tokens * (heads + kv_heads) * m.head_dim
                 qkv = (self.memory("qk_norms", elements, qkv, saved=ACT_BYTES * elements, flops_per_element=5.0,
                                    host_ops=2.0),)
-        # Fused rotary embedding, applied to queries and keys: two calls.
-        rope = self.memory("rope", tokens * (heads + kv_heads) * qk_dim, qkv, passes=2.0, host_ops=2.0)
-        core = self.core_attention((rope,), heads, kv_heads, qk_dim, v_dim)
+        if m.position_embedding == "rope" or m.mla is not None:
+            # Fused rotary embedding, applied to queries and keys: two calls.
+            qkv = (self.memory("rope", tokens * (heads + kv_heads) * qk_dim, qkv, passes=2.0, host_ops=2.0),)
+        core = self.core_attention(qkv, heads, kv_heads, qk_dim, v_dim)
         out = self.gemm("out_proj", tokens, h, heads * v_dim, core)
         out = self.exit_tp("attn", (out,))
         residual_saved = ACT_BYTES / 2 * s.sp_tokens * h if m.dropout else 0.0
@@ -434,7 +435,9 @@ def captured(graph: OpGraph, graphed: list[range], mode: str) -> OpGraph:
 def embedding_forward(model: ModelSpec, shard: Sharding) -> OpGraph:
     """Input embedding lookup (vocab-parallel under TP) on the first pipeline stage."""
     builder = _Builder(model, shard)
-    lookup = builder.memory("embedding", shard.tokens * model.hidden, (), passes=2.0)
+    # A gather of the token rows (read and write); learned absolute positions add their table's rows.
+    passes = 3.0 if model.position_embedding == "learned" else 2.0
+    lookup = builder.memory("embedding", shard.tokens * model.hidden, (), passes=passes)
     builder.exit_tp("embedding", (lookup,))
     return captured(builder.g, [], shard.cuda_graphs)
 

@@ -68,6 +68,11 @@ class ModelSpec(BaseModel):
     qkv_bias: bool = False
     # RMSNorm of each head's query and key before the rotary embedding (Qwen3's QK-Norm).
     qk_norm: bool = False
+    # Where positions enter: rope (rotary embedding of queries and keys in every layer: Llama, Qwen,
+    # DeepSeek, GPT-OSS), learned (an absolute position table added to the token embedding once:
+    # GPT-2/GPT-3, Megatron-LM GPT's learned_absolute default, MPT's benchmark models) or alibi (a
+    # per-head bias inside the attention kernel: BLOOM). Only rope costs an operator in each layer.
+    position_embedding: Literal["rope", "learned", "alibi"] = "rope"
     max_seq_len: PositiveInt | None = None
     attention_window: PositiveInt | None = None
     windowed_layer_fraction: float = Field(default=0.0, ge=0.0, le=1.0)
