@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from functools import partial
 
 from windtunnel.insight import explain_training, training_sensitivity
 from windtunnel.specs.hardware import load_hardware
@@ -38,9 +39,9 @@ def main(repeats: int = 3) -> None:
     print(f"{'job':64} {'explain first/median s':>23} {'sims':>5} {'sims/s':>7} {'sensitivity s':>14}")
     for model, hardware, devices, seq_len, batch, plan in JOBS:
         kwargs = dict(seq_len=seq_len, global_batch=batch, plan=plan)
-        first, median, document = _timed(lambda: explain_training(model, hardware, devices, **kwargs), repeats)
+        first, median, document = _timed(partial(explain_training, model, hardware, devices, **kwargs), repeats)
         sims = document["remedy_search"]["simulated"]
-        _, sens, _ = _timed(lambda: training_sensitivity(model, hardware, devices, **kwargs), repeats)
+        _, sens, _ = _timed(partial(training_sensitivity, model, hardware, devices, **kwargs), repeats)
         label = f"{model} x{devices} {hardware} {plan}"[:64]
         print(f"{label:64} {first:11.2f} /{median:9.2f} {sims:5d} {sims / median:7.0f} {sens:14.2f}")
 
