@@ -87,9 +87,9 @@ def _add_by_task(totals: dict[str, float], middles: np.ndarray, share: np.ndarra
     if not share.any():
         return
     cumulative = np.concatenate([[0.0], np.cumsum(share)])
-    for start, end, category in tasks:
-        lo, hi = np.searchsorted(middles, [start, end])
-        value = float(cumulative[hi] - cumulative[lo])
+    bounds = np.searchsorted(middles, np.asarray([(start, end) for start, end, _ in tasks]))
+    values = (cumulative[bounds[:, 1]] - cumulative[bounds[:, 0]]).tolist()
+    for (_, _, category), value in zip(tasks, values, strict=True):
         if value:
             totals[category] += value
 

@@ -278,8 +278,11 @@ def _layer_transient(builder, kind: str, mode: str) -> float:
     selectively recomputed one, the part it dropped."""
     if mode == "none":
         return 0.0
-    return max(0.0, layer_saved_bytes(builder, kind, "none", offloaded=False)
-               - layer_saved_bytes(builder, kind, mode, offloaded=False))
+    cache = builder.__dict__.setdefault("_transient_bytes", {})  # memo per builder: same value, computed once
+    if (kind, mode) not in cache:
+        cache[(kind, mode)] = max(0.0, layer_saved_bytes(builder, kind, "none", offloaded=False)
+                                  - layer_saved_bytes(builder, kind, mode, offloaded=False))
+    return cache[(kind, mode)]
 
 
 def _loss_transient(builder) -> float:

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 
 from windtunnel.cost.collectives import collective_time
 from windtunnel.cost.efficiency import efficiency_for
-from windtunnel.engine.attribution import attribute
 from windtunnel.graph.dag import DagModel
 from windtunnel.graph.ops import OpGraph, backward_of
 from windtunnel.graph.transformer import (
@@ -36,6 +35,7 @@ from windtunnel.train.memory import WEIGHT_BYTES, StateBytes, layer_saved_bytes,
 from windtunnel.train.pipeline_play import PipelinePlay
 from windtunnel.train.placement import Placement, place_plan
 from windtunnel.train.result import TrainingResult
+from windtunnel.train.steady import play_step
 
 GIB = float(2**30)
 
@@ -59,6 +59,7 @@ class TrainingJob:
     keep_trace: bool = False
     extra_assumptions: tuple[str, ...] = field(default_factory=tuple)
     dag: DagModel | None = None
+    exact: bool = False  # play every micro-batch on the event engine (default: steady-state, train/steady.py)
 
 
 @dataclass
@@ -82,8 +83,13 @@ class _Chunk:
     modes: list[str] = field(default_factory=list)
 
 
-def _dag_graphs(dag: DagModel, shard: Sharding) -> dict[str, OpGraph]:
-    """The forward graphs of an operator-DAG model, checked against the plan's micro-batch."""
+def _dag_graphs(dag: DagModel, shard: Sharding, builder=None) -> dict[str, OpGraph]:
+    """The forward graphs of an operator-DAG model, checked against the plan's micro-batch; an imported
+    whole-model DAG (ONNX) is sharded and cut into the plan's pipeline stages (graph/graph_model.py)."""
+    if not isinstance(dag, DagModel):
+        from windtunnel.graph.graph_model import plan_graph_model
+
+        return plan_graph_model(dag, builder)
     if dag.tokens_per_micro_batch != shard.tokens:
         raise WindtunnelError(
             f"Operator-DAG model '{dag.name}' is written for {dag.tokens_per_micro_batch} tokens per micro-batch "
@@ -141,8 +147,10 @@ class _StepBuilder(PipelinePlay):
                               cuda_graphs="full" if kernels.host_issue == "compiled" else plan.cuda_graphs)
         self.coster = LayerCoster(cluster, self.placement, self.eff, plan.precision,
                                   tp_overlap=plan.tp_overlap and plan.sequence_parallel)
+        self.dag_stages: list[list[str]] | None = None  # an imported DAG's modules per virtual stage
+        self.dag_params: dict[str, tuple[float, float]] = {}
         if job.dag is not None:
-            self.forward_graphs = _dag_graphs(job.dag, self.shard)
+            self.forward_graphs = _dag_graphs(job.dag, self.shard, self)
         else:
             self.forward_graphs = {"dense": layer_forward(model, self.shard, moe=False)}
             if model.moe:
@@ -157,11 +165,14 @@ class _StepBuilder(PipelinePlay):
         self.comm_units = stack.comm.comm_units or 0
         self._played: dict[tuple[str, str], Played] = {}
         self._backward: dict[tuple[str, str], list[OpGraph]] = {}
+        self._saved: dict[tuple[str, str], float] = {}  # layer_saved_bytes by (kind, mode)
 
     # ---- parameters per device ----------------------------------------------------------------
     def layer_params(self, kind: str) -> tuple[float, float]:
         """(dense-sharded, expert) parameters of one layer/module on one device."""
         model, plan, dag = self.job.model, self.plan, self.job.dag
+        if self.dag_stages is not None:
+            return self.dag_params.get(kind, max(self.dag_params.values()))
         if dag is not None:
             return {"embedding": (dag.first_stage_params, 0.0), "head": (dag.last_stage_params, 0.0)}.get(
                 kind, (dag.params_per_layer, dag.expert_params_per_layer))
@@ -276,7 +287,7 @@ class _StepBuilder(PipelinePlay):
                     chunks[(rank, chunk)] = _Chunk(rank, chunk, stage, plan.pp, per_stage[stage])
         else:
             virtual = plan.pp * plan.vpp
-            per_virtual = stage_modules(model, plan.layout, virtual, self.mtp)
+            per_virtual = self.dag_stages or stage_modules(model, plan.layout, virtual, self.mtp)
             for v in range(virtual):
                 rank, chunk = v % plan.pp, v // plan.pp
                 chunks[(rank, chunk)] = _Chunk(rank, chunk, v, virtual, per_virtual[v])
@@ -295,7 +306,9 @@ class _StepBuilder(PipelinePlay):
         pieces = []
         activations = staging = 0.0
         for index, (kind, mode) in enumerate(zip(modules, modes, strict=True)):
-            saved = layer_saved_bytes(self, kind, mode)
+            if (kind, mode) not in self._saved:
+                self._saved[(kind, mode)] = layer_saved_bytes(self, kind, mode)
+            saved = self._saved[(kind, mode)]
             forward_piece, backward_piece = self.played(kind, "fwd"), self.played(kind, f"bwd-{mode}")
             if offloaded[index]:
                 # The copy to host runs beside the next module's forward and the copy back beside its
@@ -358,21 +371,11 @@ def simulate(job: TrainingJob) -> TrainingResult:
     """Simulate one training step of ``job``; infeasible memory is a result, invalid input an error."""
     builder = _StepBuilder(job)
     plan, model, cluster, chip = builder.plan, job.model, job.cluster, builder.chip
-    timeline, chunks, flops = builder.run()
-    step = timeline.makespan
+    # Breakdown: averaged over the pipeline ranks, each of which spans the whole step.
+    played = play_step(builder, exact=job.exact or job.keep_trace)
+    timeline, chunks, flops, step, breakdown = played.timeline, played.chunks, played.flops, played.step, played.breakdown
     tokens = job.global_batch * job.seq_len
     peak = chip.peak(plan.precision)
-
-    # Breakdown: averaged over the pipeline ranks, each of which spans the whole step.
-    breakdown: dict[str, float] = {}
-    by_rank: dict[str, list[int]] = {}
-    for index, stream in enumerate(timeline.streams):
-        by_rank.setdefault(stream.split(".", 1)[0], []).append(index)
-    for rank in range(plan.pp):
-        parts = attribute(timeline, primary=f"r{rank}", others=(f"r{rank}.pp", f"r{rank}.dp"), until=step,
-                          idle_label="bubble", tasks=by_rank.get(f"r{rank}", []))
-        for key, value in parts.items():
-            breakdown[key] = breakdown.get(key, 0.0) + value / plan.pp
 
     # Memory: every rank, the worst one reported (train/memory.step_memory).
     worst_memory = step_memory(builder, chunks)
@@ -390,7 +393,9 @@ def simulate(job: TrainingJob) -> TrainingResult:
         reason = (f"offloaded activations need {host_bytes / GIB:.1f} GiB of host memory per device "
                   f"(offload_layers={plan.offload_layers}), {chip.host_memory_bytes / GIB:.1f} GiB available")
 
-    if job.dag is not None:
+    if builder.dag_stages is not None:
+        model_flops = 3.0 * job.dag.model_flops(plan.mbs) * builder.micro_batches * plan.dp
+    elif job.dag is not None:
         dag = job.dag
         per_rank = model.layers * dag.forward_flops("layer") + dag.forward_flops("first_stage") + dag.forward_flops("last_stage")
         model_flops = 3.0 * per_rank / plan.pp * builder.micro_batches * cluster.devices
