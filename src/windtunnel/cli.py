@@ -168,6 +168,11 @@ def train_search(
     report: Path | None = typer.Option(None, help="Write a self-contained HTML report with plots."),
     what_if: list[str] = typer.Option([], "--what-if", help="Search on what-if hardware, KEY=VALUE (repeatable; "
                                       "VALUE xF or a quantity with its unit, e.g. hbm_capacity=96GiB)."),
+    faults: str | None = typer.Option(None, help="Also rank refined plans by goodput after faults: a fault profile "
+                                      "(catalog:NAME or YAML), e.g. catalog:llama3-54day."),
+    policy: str = typer.Option("restart-from-checkpoint", help="Recovery policy for --faults (as in `avail`)."),
+    checkpoint_every: str | None = typer.Option(None, help="Checkpoint interval for --faults (default: Daly's)."),
+    storage_bandwidth: str | None = typer.Option(None, help="Checkpoint storage bandwidth for --faults, e.g. 2TB/s."),
 ) -> None:
     """Search the parallel-plan space for the fastest plan that fits: enumerate, prune, screen, refine."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -233,6 +238,11 @@ def train_search(
         document["profile"] = profile_notes[0]
     if what:
         document["what_if"] = what.label
+    if faults is not None:
+        from windtunnel.cli_job import add_failure_ranking
+
+        add_failure_ranking(document, model, hardware, devices, faults, policy, checkpoint_every, storage_bandwidth,
+                            framework, profile)
     if out is not None:
         write_table(document, out)
     if report is not None:
@@ -241,6 +251,10 @@ def train_search(
         _emit_json(document)
     else:
         search_table(document, console)
+        if faults is not None:
+            from windtunnel.cli_job import print_failure_ranking
+
+            print_failure_ranking(document, console)
         for path in (out, report):
             if path is not None:
                 console.print(f"written: {path}")

@@ -138,6 +138,36 @@ def _print(doc: dict) -> None:
     sys.stdout.write("".join(f"- {a}\n" for a in doc["assumptions"]))
 
 
+def add_failure_ranking(document: dict, model: str, hardware: str, devices: int, faults: str, policy: str,
+                        checkpoint_every: str | None, storage_bandwidth: str | None, framework: str,
+                        profile: Path | None) -> None:
+    """`train search --faults`: goodput after faults and both ranks on the refined plans (document['failure_aware'])."""
+    from windtunnel.avail.units import parse_duration
+    from windtunnel.job import JobInputs
+    from windtunnel.job_search import rank_with_faults
+    from windtunnel.job_units import parse_bandwidth
+
+    inp = JobInputs(model=model, hardware=hardware, devices=devices, faults=faults, policy=policy,
+                    checkpoint_every_s=parse_duration(checkpoint_every, "checkpoint-every", allow_zero=False)
+                    if checkpoint_every else None,
+                    storage_bandwidth_bytes_per_s=parse_bandwidth(storage_bandwidth) if storage_bandwidth else None,
+                    framework=framework, profile=profile)
+    document["failure_aware"] = rank_with_faults(document, inp)
+
+
+def print_failure_ranking(document: dict, out: Console) -> None:
+    """The failure-aware ranking table of `train search --faults`."""
+    fa = document["failure_aware"]
+    table = Table(title=f"ranked by goodput after faults ({fa['faults']}, {fa['policy']})")
+    for col in ("rank with faults", "rank fault-free", "plan", "tokens/s", "ETTR", "goodput tokens/s"):
+        table.add_column(col, justify="right")
+    for r in fa["ranking"]:
+        table.add_row(str(r["rank_with_faults"]), str(r["rank_fault_free"]), r["plan"], f"{r['tokens_per_s']:.4g}",
+                      f"{r['ettr']:.4f}", f"{r['goodput_tokens_per_s']:.4g}")
+    out.print(table)
+    out.print(f"best plan {'changes' if fa['best_plan_changes'] else 'does not change'} once faults count")
+
+
 def register(train_app: typer.Typer) -> None:
     """Add ``train job`` to the train command group."""
     train_app.command("job")(train_job)
