@@ -14,7 +14,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from windtunnel.avail.scenario import Scenario
+if typing.TYPE_CHECKING:
+    from windtunnel.avail.scenario import Scenario
 
 avail_app = typer.Typer(no_args_is_help=True, help="Sim2Availability: faults, checkpoints, recovery; availability "
                                                    "and ETTR (Markov model and step simulation).")
@@ -78,7 +79,7 @@ def scenario_command(name: str):
         own = [p for p in inspect.signature(fn).parameters.values() if p.name != "sc"]
         shared = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind)
                   for n, kind, option in _SCENARIO_OPTIONS]
-        hints = typing.get_type_hints(fn)
+        hints = typing.get_type_hints(fn, localns={"Scenario": object})  # sc is not an option: no import
 
         @functools.wraps(fn)
         def command(**kwargs):

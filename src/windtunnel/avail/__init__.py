@@ -7,16 +7,27 @@ sources live in ``catalog/faults``. This package never imports another pillar: i
 a number; ``windtunnel.api.failure_aware_goodput`` combines it with Sim2Train.
 """
 
-from windtunnel.avail.faults import FaultProfile, load_faults, profile_names
-from windtunnel.avail.formulas import daly_interval_s, mttf_s, young_interval_s
-from windtunnel.avail.markov import MarkovResult, solve_markov
-from windtunnel.avail.policy import RecoveryPolicy, parse_policy
-from windtunnel.avail.scenario import Scenario, make_scenario
-from windtunnel.avail.serving import serving_availability
-from windtunnel.avail.sim import SimResult, simulate
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# Each name's module, imported on first use (the Markov chain needs scipy; a CLI start-up need not).
+_HOME = {
+    "FaultProfile": "faults", "load_faults": "faults", "profile_names": "faults", "daly_interval_s": "formulas",
+    "mttf_s": "formulas", "young_interval_s": "formulas", "MarkovResult": "markov", "solve_markov": "markov",
+    "RecoveryPolicy": "policy", "parse_policy": "policy", "Scenario": "scenario", "make_scenario": "scenario",
+    "serving_availability": "serving", "SimResult": "sim", "simulate": "sim",
+}
 
 __all__ = [
     "FaultProfile", "MarkovResult", "RecoveryPolicy", "Scenario", "SimResult", "daly_interval_s", "load_faults",
     "make_scenario", "mttf_s", "parse_policy", "profile_names", "serving_availability", "simulate", "solve_markov",
     "young_interval_s",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOME:
+        return getattr(importlib.import_module(f"windtunnel.avail.{_HOME[name]}"), name)
+    raise AttributeError(f"module 'windtunnel.avail' has no attribute {name!r}")
