@@ -12,11 +12,13 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 
-from windtunnel.profile import FittedParameter, Profile, load_profile, save_profile
+if TYPE_CHECKING:
+    from windtunnel.profile import FittedParameter
 
 console = Console(soft_wrap=True)
 
@@ -37,6 +39,8 @@ def write_profile(out: Path, chip: str, stack: str | None, parameters: list[Fitt
                   fit_key: str, fit: dict) -> list[str]:
     """Write/merge the profile at ``out``; an unidentified parameter never replaces one the file already has.
     Returns the names written."""
+    from windtunnel.profile import Profile, load_profile, save_profile
+
     existing = set()
     if out.exists():
         existing = {p.name for p in load_profile(out).parameters}
