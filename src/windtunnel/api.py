@@ -55,6 +55,7 @@ def simulate_training(
     framework: str = "megatron",
     profile: str | Path | Profile | None = None,
     what_if: str | list[str] | None = None,
+    exact: bool = False,
 ) -> TrainingResult:
     """Simulate one training step.
 
@@ -67,6 +68,8 @@ def simulate_training(
     calibrate ... --out``) of the cluster's chip, overlaid on the shipped calibration and listed in the result's
     assumptions. ``what_if``: hardware what-ifs, ``KEY=VALUE`` items (``hbm_bandwidth=x1.5``, ``hbm_capacity=96GiB``;
     :mod:`windtunnel.specs.whatif`), applied to the cluster and the host before simulating.
+    ``exact``: play every micro-batch on the event engine instead of the steady-state path (which plays
+    warm-up, a few steady periods and cool-down and extends the rest; within 0.1%, train/steady.py).
     Returns a TrainingResult (seconds, bytes, tokens/s).
     """
     model_spec, dag = resolve_model(model)
@@ -80,7 +83,7 @@ def simulate_training(
     job = TrainingJob(model=model_spec, cluster=cluster, plan=parse_plan(plan), seq_len=seq_len,
                       global_batch=global_batch, flash_attention=flash_attention, fused_loss=fused_loss,
                       moe_imbalance=moe_imbalance, framework=framework, fitted_override=fitted,
-                      keep_trace=keep_trace, dag=dag, extra_assumptions=notes)
+                      keep_trace=keep_trace, dag=dag, extra_assumptions=notes, exact=exact)
     if what_if:
         from windtunnel.train.variant import job_variant
 

@@ -70,6 +70,9 @@ def train_simulate(
     trace: Path | None = typer.Option(None, help="Write the simulated step as a Chrome trace (Perfetto)."),
     what_if: list[str] = typer.Option([], "--what-if", help="Hardware what-if KEY=VALUE (repeatable; VALUE xF or "
                                       "a quantity with its unit): shown beside the base result."),
+    exact: bool = typer.Option(False, "--exact", help="Play every micro-batch on the event engine (default: the "
+                               "steady-state path, within 0.1%: warm-up, a few steady periods and cool-down played, the "
+                               "rest extended)."),
 ) -> None:
     """Simulate one training step of MODEL on HARDWARE with a parallel PLAN."""
     from windtunnel.api import simulate_training
@@ -80,7 +83,7 @@ def train_simulate(
     result = simulate_training(model, hardware, devices, seq_len=seq_len, global_batch=global_batch, plan=plan,
                                flash_attention=_flag(no_flash), fused_loss=_flag(unfused_loss),
                                moe_imbalance=moe_imbalance, keep_trace=trace is not None, framework=framework,
-                               profile=profile)
+                               profile=profile, exact=exact)
     if trace is not None:
         write_atomic(trace, trace_json(result.trace, title=f"{result.model} {result.plan}"))
     if what_if:
