@@ -234,6 +234,30 @@ def dynamic_cmd(
         dynamic_table(document, console)
 
 
+@infer_app.command("autoscale")
+def autoscale_cmd(
+    model: str = MODEL,
+    hardware: str = HARDWARE,
+    deployment: str = typer.Option(..., help="The deployment at its most replicas (each pool scales up to its count)."),
+    traffic: str = TRAFFIC,
+    slo: str = SLO_OPT,
+    seed: int = SEED,
+    startup: str = typer.Option("60s", help="Time a started replica takes before it serves (it holds its devices)."),
+    interval: str = typer.Option("15s", help="How often the autoscaler looks at the load."),
+    target: float = typer.Option(0.99, help="SLO attainment the best static replica count must reach."),
+    as_json: bool = AS_JSON,
+) -> None:
+    """Compare every static replica count with an autoscaler that starts and stops replicas as the load moves."""
+    from windtunnel.infer.autoscale import autoscale_table, compare_autoscale
+
+    document = compare_autoscale(model, hardware, deployment, traffic, slo=slo, seed=seed, startup=startup,
+                                 interval=interval, target=target)
+    if as_json:
+        _emit_json(document)
+    else:
+        autoscale_table(document, console)
+
+
 def validate_inference_cmd(
     csv_path: Path = typer.Argument(..., help="CSV in the schema of shared/reference/inference_runs.csv."),
     out: Path | None = typer.Option(None, help="Write the Markdown report here (e.g. validation/INFERENCE_REPORT.md)."),
