@@ -327,14 +327,22 @@ def mttf_cmd(
 
 @avail_app.command("serve")
 def serve_cmd(
-    instances: int = typer.Option(..., help="Serving instances."),
-    devices_per_instance: int = typer.Option(..., help="Devices per instance."),
+    instances: int | None = typer.Option(None, help="Serving instances (without --deployment)."),
+    devices_per_instance: int | None = typer.Option(None, help="Devices per instance (without --deployment)."),
+    model: str | None = typer.Option(None, help="With --deployment and --traffic: the model Sim2Infer serves."),
+    hardware: str | None = typer.Option(None, help="With --deployment: chip or cluster id."),
+    deployment: str | None = typer.Option(None, help="A Sim2Infer deployment, e.g. mixed:tp=8,replicas=4: goodput "
+                                          "of every degraded state comes from Sim2Infer (no typed goodput)."),
+    traffic: str | None = typer.Option(None, help="With --deployment: the traffic (as `infer simulate --traffic`)."),
+    slo: str = typer.Option("ttft=2s,tpot=100ms", help="With --deployment: latency objectives."),
+    max_lost: int = typer.Option(3, help="With --deployment: most instances lost per pool that are simulated."),
     devices_per_node: int = typer.Option(8, help="Devices per node."),
     faults: str = FAULTS,
     policy: str = typer.Option("hot-spare", help="Recovery policy (detection and restart times are used)."),
     goodput_per_instance: float = typer.Option(1.0, help="SLO goodput of one instance (requests/s, from Sim2Infer)."),
     load: float | None = typer.Option(None, help="Offered load (requests/s); default: the full deployment's goodput."),
-    target: float = typer.Option(1.0, help="Fraction of the load that must be served within the SLO."),
+    target: float = typer.Option(1.0, help="Fraction of the load that must be served within the SLO (with "
+                                 "--deployment: the SLO attainment to keep; 1.0 there means 0.99)."),
     horizon: str = typer.Option("30d", help="Simulated wall time per replication."),
     replications: int = typer.Option(0, help="Also simulate with this many replications."),
     seed: int = typer.Option(0, help="Random seed."),
@@ -343,6 +351,24 @@ def serve_cmd(
     """Capacity availability of a serving deployment and the time its SLO goodput stays above a target."""
     from windtunnel.avail.serving import serving_availability
     from windtunnel.avail.units import parse_duration
+    from windtunnel.specs.errors import WindtunnelError
+
+    if deployment is not None:
+        from windtunnel.cli_avail_target import print_serve
+        from windtunnel.serve_avail import serve_availability
+
+        if model is None or hardware is None or traffic is None:
+            raise WindtunnelError("avail serve --deployment needs --model, --hardware and --traffic (Sim2Infer runs the "
+                                  "deployment on that traffic).", field="deployment")
+        out = serve_availability(model, hardware, deployment, traffic, faults=faults, policy=policy, slo=slo,
+                                 target=target if target < 1.0 else 0.99, devices_per_node=devices_per_node,
+                                 max_lost=max_lost, seed=seed)
+        _emit_json(out) if as_json else print_serve(out, console)
+        return
+    if instances is None or devices_per_instance is None:
+        raise WindtunnelError("avail serve needs --deployment with --model, --hardware and --traffic (goodput from "
+                              "Sim2Infer), or --instances and --devices-per-instance with a typed "
+                              "--goodput-per-instance.", field="deployment")
 
     out = serving_availability(instances=instances, devices_per_instance=devices_per_instance, faults=faults,
                                policy=policy, devices_per_node=devices_per_node,

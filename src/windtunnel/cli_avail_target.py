@@ -53,3 +53,20 @@ def print_target(out: dict, console: Console) -> None:
                       f"({c['replications']} x {format_duration(c['horizon_s'])}): availability {c['simulated_availability']:.3%} "
                       f"[{lo:.3%}, {hi:.3%}], ETTR {c['simulated_ettr']:.3%}; meets target: {c['meets_target']}")
     sys.stdout.write("".join(f"- {a}\n" for a in out["assumptions"]))
+
+
+def print_serve(out: dict, console: Console) -> None:
+    """`avail serve --deployment`: per degraded state, its probability and Sim2Infer's SLO attainment."""
+    table = Table(title=f"avail serve: {out['model']} {out['deployment']} ({out['faults']}, {out['policy']}), SLO "
+                        f"{out['slo']}, attainment >= {out['target_slo_attainment']:.0%}")
+    for col in ("instances lost", "probability", "SLO attainment", "goodput req/s", "meets"):
+        table.add_column(col, justify="right")
+    for s in out["states"]:
+        table.add_row(",".join(map(str, s["instances_lost"])), f"{s['probability']:.3e}", f"{s['slo_attainment']:.2%}",
+                      f"{s['goodput_requests_per_s']:.3g}", "yes" if s["meets_target"] else "no")
+    console.print(table)
+    lo, hi = out["fraction_time_slo_met_bounds"]
+    console.print(f"SLO kept {out['fraction_time_slo_met']:.5%} of the time (bounds {lo:.5%}..{hi:.5%}); expected goodput "
+                  f"{out['expected_goodput_requests_per_s']:.4g} req/s of {out['fault_free_goodput_requests_per_s']:.4g} "
+                  f"fault-free (offered {out['offered_rate_requests_per_s']:.4g} req/s)")
+    sys.stdout.write("".join(f"- {a}\n" for a in out["assumptions"]))
