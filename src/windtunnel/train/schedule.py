@@ -9,6 +9,7 @@ dependencies; bubbles are what that leaves idle.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 
 @dataclass(frozen=True)
@@ -148,7 +149,17 @@ def overlapped(order: list[Block]) -> list[Block]:
 
 
 def schedule_orders(name: str, pp: int, vpp: int, micro_batches: int, *, ep_overlap: bool = False) -> list[list[Block]]:
-    """The block order of every pipeline rank for schedule ``name``."""
+    """The block order of every pipeline rank for schedule ``name`` (fresh lists; the orders are
+    built once per process for each schedule, pipeline and micro-batch count)."""
+    return [list(order) for order in _orders(name, pp, vpp, micro_batches, ep_overlap)]
+
+
+@lru_cache(maxsize=256)
+def _orders(name: str, pp: int, vpp: int, micro_batches: int, ep_overlap: bool) -> tuple[tuple[Block, ...], ...]:
+    return tuple(tuple(order) for order in _build_orders(name, pp, vpp, micro_batches, ep_overlap=ep_overlap))
+
+
+def _build_orders(name: str, pp: int, vpp: int, micro_batches: int, *, ep_overlap: bool = False) -> list[list[Block]]:
     if name == "dualpipe":
         return dualpipe(pp, micro_batches)
     if name == "interleaved" and vpp > 1:

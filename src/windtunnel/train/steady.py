@@ -55,7 +55,7 @@ def play_step(builder: Any, *, exact: bool = False) -> PlayedStep:
     warm = _warm_up(builder)
     count = warm + STEADY_PERIODS * period
     count += (total - count) % period
-    while count + period < total:
+    while 2 * count <= total:  # a reduced play of more than half the step saves little: play it whole
         play = play_compiled(builder, chunks, count)
         cycle = 1
         while _target(builder, count, cycle * period) - cycle * period >= warm // 2:
