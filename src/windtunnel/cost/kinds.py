@@ -6,7 +6,8 @@ catalog's ``operator_kinds`` section of ``efficiency.yaml`` (per chip generation
 * ``conv``: a convolution run as an implicit GEMM (cuDNN, CANN): ``op.shape`` is (m, n, k) with
   m = batch x output pixels, n = output channels per group, k = input channels per group x kernel
   area, and ``op.count`` the groups. It costs a GEMM of that shape divided by the convolution's
-  efficiency relative to a GEMM (im2col addressing, halo reads, small channel counts).
+  efficiency relative to a GEMM (im2col addressing, halo reads, small channel counts); a shape with
+  too few output tiles for the chip splits its reduction (split-K), as weight gradients do.
 * ``gather``: gathers, scatters, index and embedding lookups: random-access rows, memory bound at
   a share of the streaming bandwidth.
 * ``sparse``: a sparse-dense matmul (graph message passing, SpMM): ``op.flops`` = 2 x nonzeros x
@@ -18,7 +19,8 @@ Times are seconds; FLOPs and bytes as in :mod:`windtunnel.graph.ops`.
 
 from __future__ import annotations
 
-from functools import lru_cache
+import math
+from functools import cache
 
 from windtunnel.cost.efficiency import Efficiency, deep_merge
 from windtunnel.graph.ops import Op
@@ -26,9 +28,11 @@ from windtunnel.specs.hardware import Chip
 from windtunnel.specs.yamlio import catalog_dir, read_yaml
 
 KINDS = ("conv", "gather", "sparse")
+# Smallest reduction length a split-K slice keeps (cuDNN/CUTLASS split-K and stream-K kernels).
+SPLIT_K_MIN = 256
 
 
-@lru_cache(maxsize=None)
+@cache
 def kind_efficiency(generation: str) -> dict[str, float]:
     """The operator-kind efficiencies of a chip generation (defaults merged with the generation's)."""
     section = (read_yaml(catalog_dir("efficiency.yaml")) or {}).get("operator_kinds") or {}
@@ -41,8 +45,18 @@ def conv_time(op: Op, chip: Chip, eff: Efficiency, precision: str) -> float:
     from windtunnel.cost.compute import gemm_time
 
     m, n, k = op.shape
+    count = op.count
+    if count > 1 and n < eff.tile_n // 4:
+        # Grouped / depthwise convolutions with few channels per group run as one block-diagonal GEMM.
+        n, count = n * count, 1
+    tiles = math.ceil(m / eff.tile_m) * math.ceil(n / eff.tile_n) * count
+    if tiles < eff.compute_units and k >= 2 * SPLIT_K_MIN:
+        # Too few output tiles to fill the chip (weight gradients: m x n is the small filter, k the
+        # batch x pixels): the kernel splits the reduction over the idle units (split-K).
+        split = min(eff.compute_units // tiles, k // SPLIT_K_MIN)
+        k, count = math.ceil(k / split), count * split
     relative = kind_efficiency(chip.generation)["conv_relative_efficiency"]
-    gemm = gemm_time(m, n, k, precision, chip, eff, count=op.count) - eff.kernel_overhead_s
+    gemm = gemm_time(m, n, k, precision, chip, eff, count=count) - eff.kernel_overhead_s
     return gemm / relative + eff.kernel_overhead_s
 
 

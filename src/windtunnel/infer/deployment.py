@@ -66,10 +66,11 @@ _KEY_ALIASES = {"dp_attention": "dp", "dpa": "dp", "n": "replicas", "instances":
                 "max_num_batched_tokens": "max_tokens", "chunked_prefill": "chunked", "kv_precision": "kv",
                 "schedule": "batching",
                 "hardware": "chip", "prefix_cache_hit": "prefix_hit", "gpu_memory_utilization": "mem_util",
-                "two_batch_overlap": "tbo", "step_overhead": "overhead", "step_overhead_s": "overhead"}
+                "two_batch_overlap": "tbo", "step_overhead": "overhead", "step_overhead_s": "overhead",
+                "speculative": "mtp", "draft_tokens": "mtp", "acceptance": "accept"}
 INSTANCE_KEYS = ("tp", "dp", "ep", "pp", "replicas", "max_batch", "max_tokens", "batching", "precision", "kv",
                  "prefix_hit", "chip", "mem_util", "tbo", "overhead", "moe_imbalance", "block_size", "admission",
-                 "prefix_cache", "host_cache")
+                 "prefix_cache", "host_cache", "mtp", "accept")
 BATCHING = ("chunked", "separate", "whole")
 ADMISSIONS = ("greedy", "reserve")
 
@@ -133,6 +134,8 @@ class InstanceSpec:
     admission: str = "greedy"
     prefix_cache: bool | None = None  # None: on when the traffic carries block hashes (windtunnel.infer.prefix)
     host_cache: float = 0.0  # GiB of host memory per device for the prefix cache's host tier
+    mtp: int = 0  # draft tokens per decode step (multi-token prediction / speculative decoding)
+    accept: float | None = None  # acceptance rate of each draft token (None: the catalog's prior)
 
     def text(self) -> str:
         """Compact string form (only the keys that were set)."""
@@ -185,8 +188,10 @@ def _instance_from_mapping(role: str, values: dict, where: str) -> InstanceSpec:
         if key not in INSTANCE_KEYS and key != "chunked":
             raise WindtunnelError(f"{where}: unknown key '{raw_key}' (field '{raw_key}'); valid keys: "
                                   f"{', '.join(INSTANCE_KEYS)}.", field=str(raw_key))
-        if key in ("tp", "dp", "ep", "pp", "replicas", "max_batch", "max_tokens", "block_size"):
-            kwargs[key] = parse_int(raw, key)
+        if key in ("tp", "dp", "ep", "pp", "replicas", "max_batch", "max_tokens", "block_size", "mtp"):
+            kwargs[key] = parse_int(raw, key, minimum=0) if key == "mtp" else parse_int(raw, key)
+        elif key == "accept":
+            kwargs[key] = parse_float(raw, key, low=0.0, high=0.999)
         elif key in ("tbo", "prefix_cache"):
             kwargs[key] = parse_bool(raw, key)
         elif key == "host_cache":

@@ -96,6 +96,7 @@ class IterationModel:
         self._experts: dict[int, float] = {}
         self._other: dict[int, float] = {}
         self._setup_attention()
+        self._setup_speculation()
 
     # ---- attention coefficients ------------------------------------------------------------------
     def _setup_attention(self) -> None:
@@ -115,13 +116,47 @@ class IterationModel:
             decode_bytes = 2.0 * local_kv * m.head_dim * kv_b
             self.prefill_pair_flops = 4.0 * heads * m.head_dim
         rate = self.attn_peak * self.eff.attention_fwd
-        per_ctx_layer = max(decode_flops / rate, decode_bytes / (self.chip.hbm_bandwidth * self.attention_bandwidth))
+        self._decode_flops_per_ctx = decode_flops / rate
+        self._decode_bytes_per_ctx = decode_bytes / (self.chip.hbm_bandwidth * self.attention_bandwidth)
+        per_ctx_layer = max(self._decode_flops_per_ctx, self._decode_bytes_per_ctx)
         # ctx_sum is the whole instance's; each DP attention group holds 1/dp of it.
         self.decode_per_ctx = self.layers * per_ctx_layer / p.dp
         self.attn_kernel = self.layers * self.eff.kernel_overhead_s
         window = m.attention_window if m.windowed_layer_fraction else None
         self.window = window
         self.window_share = m.windowed_layer_fraction if window else 0.0
+
+    def _setup_speculation(self) -> None:
+        """Multi-token prediction / speculative decoding (deployment keys ``mtp`` and ``accept``): each decode step
+        verifies ``k`` draft tokens per sequence, so the target model runs 1 + k tokens per decoding sequence, the
+        drafts come from ``k`` sequential passes of one extra layer (DeepSeek-V3's MTP module) plus the LM head, and a
+        step yields E = (1 - a^(k+1)) / (1 - a) tokens per sequence on average for per-token acceptance ``a`` (drafts
+        accepted in order). The simulator advances one token per sequence per iteration, so decode work is charged
+        per output token: the step's time over E."""
+        spec = self.plan.spec
+        self.spec_k = int(getattr(spec, "mtp", 0) or 0)
+        prior = float(serving_defaults().get("mtp_acceptance", 0.85))
+        accept = getattr(spec, "accept", None)
+        self.spec_accept = prior if accept is None else float(accept)
+        a, k = self.spec_accept, self.spec_k
+        self.spec_yield = (1.0 - a ** (k + 1)) / (1.0 - a) if k else 1.0
+        if k:
+            # KV read once per step for all 1 + k queries; their score/value FLOPs scale with 1 + k.
+            p = self.plan
+            flops_share = self._decode_flops_per_ctx * (1 + k)
+            per_ctx_layer = max(flops_share, self._decode_bytes_per_ctx)
+            self.decode_per_ctx_spec = self.layers * per_ctx_layer / p.dp
+
+    def _spec_decode(self, decoding: int, ctx_sum: float) -> float:
+        """Seconds of one speculative decode step's extra work beyond the plain step, per output token."""
+        k = self.spec_k
+        extra_tokens = decoding * k
+        draft = k * (self.base(decoding) / max(1, self.layers) + self.head(decoding))
+        return draft + self.base_increment(decoding, extra_tokens) + self.head(decoding * (1 + k)) - self.head(decoding)
+
+    def base_increment(self, tokens: int, extra: int) -> float:
+        """Seconds the token-proportional part grows by when ``extra`` tokens join ``tokens``."""
+        return self.base(tokens + extra) - self.base(tokens)
 
     def prefill_attention(self, chunk: int, prefix: int) -> float:
         """Seconds of causal attention for a chunk of ``chunk`` new tokens after ``prefix`` cached ones,
@@ -347,7 +382,12 @@ class IterationModel:
         group), ``n_out`` of them producing an output token, ``decoding`` decode sequences whose KV holds
         ``ctx_sum`` tokens in total, plus the prefill attention of the busiest group."""
         t = self.base(tokens, busiest) + self.head(n_out) + self.overhead + prefill_attention_s
-        if decoding:
+        if decoding and self.spec_k:
+            # Decode work of a speculative step, charged per output token (see _setup_speculation).
+            plain = self.base(tokens, busiest) - self.base(tokens - decoding) if tokens > decoding else self.base(tokens)
+            step = plain + self._spec_decode(decoding, ctx_sum) + self.decode_per_ctx_spec * ctx_sum + self.attn_kernel
+            t += step / self.spec_yield - plain
+        elif decoding:
             t += self.decode_per_ctx * ctx_sum + self.attn_kernel
         if prefill_attention_s:
             t += self.attn_kernel
@@ -356,5 +396,9 @@ class IterationModel:
     def decode_coefficients(self, batch: int, ctx_sum: float) -> tuple[float, float]:
         """(alpha, beta) of a decode-only iteration sequence: iteration j takes alpha + beta * j seconds
         (each iteration adds ``batch`` tokens of context)."""
+        if self.spec_k:
+            step = self.base(batch) + self.head(batch) + self._spec_decode(batch, ctx_sum) + self.attn_kernel
+            alpha = self.overhead + (step + self.decode_per_ctx_spec * ctx_sum) / self.spec_yield
+            return alpha, self.decode_per_ctx_spec * batch / self.spec_yield
         alpha = self.base(batch) + self.head(batch) + self.overhead + self.attn_kernel + self.decode_per_ctx * ctx_sum
         return alpha, self.decode_per_ctx * batch
