@@ -24,3 +24,23 @@ def test_process_level_recovery_reaches_98_percent_with_enough_spares():
     assert avail("hot-spare,detect=10s,restart=30s,spares=64") > 0.98
     assert avail("hot-spare,detect=10s,restart=30s,spares=8") < 0.9   # waiting for repairs
     assert avail("restart-from-checkpoint,restart=10min,spares=64") < 0.9
+
+
+def test_fail_slow_eviction_is_a_policy_choice():
+    from windtunnel.avail.sim import simulate
+
+    def run(policy):
+        sc = make_scenario(10240, "catalog:ascend-cloudmatrix", policy, step_time_s=10.0, horizon_s=20 * 86400.0,
+                           hardware="ascend-910c")
+        return sc, solve_markov(sc)
+
+    _, keep_fast = run("hot-spare,spares=64")
+    sc, evict_fast = run("hot-spare,spares=64,evict-slow=5min")
+    _, keep_slow = run("restart-from-checkpoint,spares=64")
+    _, evict_slow = run("restart-from-checkpoint,spares=64,evict-slow=5min")
+    assert evict_fast.ettr > keep_fast.ettr          # 30 s restarts: evicting stragglers pays
+    assert evict_slow.ettr < keep_slow.ettr          # 10 min restarts: it does not
+    assert evict_fast.planned_per_day > keep_fast.planned_per_day
+    sim = simulate(sc, 40, 0)
+    lo, hi = sim.ci95("ettr")
+    assert lo - 0.003 <= evict_fast.ettr <= hi + 0.003

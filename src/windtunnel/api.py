@@ -24,13 +24,24 @@ __all__ = ["load_hardware", "load_model", "load_dag", "parse_plan", "simulate_tr
            "failure_aware_goodput", "simulate_serving", "search_serving", "compare_dynamic", "validate_inference"]
 
 
-def resolve_model(model: str | ModelSpec | DagModel) -> tuple[ModelSpec, DagModel | None]:
+def resolve_model(model, batch_shape: str | dict | None = None) -> tuple[ModelSpec, DagModel | None]:
     """A model argument as (ModelSpec, operator DAG or None): catalog id, model YAML, HF config.json,
-    or an operator-DAG YAML (a file with a ``layer:`` list of operators)."""
+    an operator-DAG YAML (a file with a ``layer:`` list of operators), or an ONNX model (``X.onnx`` or a
+    shipped ``onnx:NAME``, a GraphModel) whose symbolic dimensions ``batch_shape`` binds
+    (``"nodes=2048,edges=16384"`` or a dict)."""
+    from windtunnel.graph.graph_model import GraphModel, onnx_path
+    from windtunnel.graph.onnx_import import parse_batch_shape
+
     if isinstance(model, ModelSpec):
         return model, None
     if isinstance(model, DagModel):
         return dag_stub_model(model), model
+    if isinstance(model, GraphModel):
+        return model.stub(), model
+    if onnx_path(str(model)) is not None:
+        shape = batch_shape if isinstance(batch_shape, dict) else parse_batch_shape(batch_shape)
+        graph = GraphModel(onnx_path(str(model)), shape)
+        return graph.stub(), graph
     path = Path(model)
     if path.suffix in (".yaml", ".yml") and path.exists():
         doc = read_yaml(path)
@@ -55,6 +66,7 @@ def simulate_training(
     framework: str = "megatron",
     profile: str | Path | Profile | None = None,
     what_if: str | list[str] | None = None,
+    batch_shape: str | dict | None = None,
     exact: bool = False,
 ) -> TrainingResult:
     """Simulate one training step.
@@ -68,11 +80,18 @@ def simulate_training(
     calibrate ... --out``) of the cluster's chip, overlaid on the shipped calibration and listed in the result's
     assumptions. ``what_if``: hardware what-ifs, ``KEY=VALUE`` items (``hbm_bandwidth=x1.5``, ``hbm_capacity=96GiB``;
     :mod:`windtunnel.specs.whatif`), applied to the cluster and the host before simulating.
+    ``batch_shape``: for an ONNX model, its symbolic dimensions (``"nodes=2048,edges=16384"``); then
+    ``seq_len`` is 1 and ``global_batch`` counts samples of that shape (tokens_per_s reads samples/s).
     ``exact``: play every micro-batch on the event engine instead of the steady-state path (which plays
     warm-up, a few steady periods and cool-down and extends the rest; within 0.1%, train/steady.py).
     Returns a TrainingResult (seconds, bytes, tokens/s).
     """
-    model_spec, dag = resolve_model(model)
+    model_spec, dag = resolve_model(model, batch_shape)
+    if dag is not None and not isinstance(dag, DagModel):  # ONNX: a sample is one of the bound batch shape
+        from windtunnel.graph.graph_model import check_graph_plan
+
+        seq_len, plan = 1, parse_plan(plan).model_copy(update={"sp": False})
+        check_graph_plan(plan)
     if isinstance(hardware, Cluster):
         cluster = hardware if devices is None else hardware.model_copy(update={"devices": devices})
     else:

@@ -12,6 +12,8 @@ from rich.console import Console
 from windtunnel.cli_avail import avail_app
 from windtunnel.cli_calibrate import calibrate_training_cmd
 from windtunnel.cli_explain import register as register_explain
+from windtunnel.cli_graph import BATCH_SHAPE_HELP
+from windtunnel.cli_graph import register as register_graph
 from windtunnel.cli_infer import infer_app, validate_inference_cmd
 from windtunnel.cli_job import register as register_job
 from windtunnel.cli_profiling import register as register_profiling
@@ -34,6 +36,7 @@ calibrate_app.command("training")(calibrate_training_cmd)
 register_explain(train_app, app)  # train explain, train sensitivity, compare train
 register_job(train_app)  # train job
 register_profiling(calibrate_app, app)  # calibrate collectives, calibrate trace, probe
+register_graph(app)  # graph show
 
 console = Console()
 UNFUSED_LOSS_HELP = "Unfused fp32 cross-entropy (Megatron-LM's default) instead of the stack's loss kernel."
@@ -73,6 +76,7 @@ def train_simulate(
     exact: bool = typer.Option(False, "--exact", help="Play every micro-batch on the event engine (default: the "
                                "steady-state path, within 0.1%: warm-up, a few steady periods and cool-down played, the "
                                "rest extended)."),
+    batch_shape: str = typer.Option("", help="ONNX models: " + BATCH_SHAPE_HELP + " The global batch counts samples."),
 ) -> None:
     """Simulate one training step of MODEL on HARDWARE with a parallel PLAN."""
     from windtunnel.api import simulate_training
@@ -83,7 +87,7 @@ def train_simulate(
     result = simulate_training(model, hardware, devices, seq_len=seq_len, global_batch=global_batch, plan=plan,
                                flash_attention=_flag(no_flash), fused_loss=_flag(unfused_loss),
                                moe_imbalance=moe_imbalance, keep_trace=trace is not None, framework=framework,
-                               profile=profile, exact=exact)
+                               profile=profile, batch_shape=batch_shape or None, exact=exact)
     if trace is not None:
         write_atomic(trace, trace_json(result.trace, title=f"{result.model} {result.plan}"))
     if what_if:
@@ -171,6 +175,7 @@ def train_search(
     report: Path | None = typer.Option(None, help="Write a self-contained HTML report with plots."),
     what_if: list[str] = typer.Option([], "--what-if", help="Search on what-if hardware, KEY=VALUE (repeatable; "
                                       "VALUE xF or a quantity with its unit, e.g. hbm_capacity=96GiB)."),
+    batch_shape: str = typer.Option("", help="ONNX models: " + BATCH_SHAPE_HELP + " The global batch counts samples."),
     faults: str | None = typer.Option(None, help="Also rank refined plans by goodput after faults: a fault profile "
                                       "(catalog:NAME or YAML), e.g. catalog:llama3-54day."),
     policy: str = typer.Option("restart-from-checkpoint", help="Recovery policy for --faults (as in `avail`)."),
@@ -202,9 +207,17 @@ def train_search(
     if dispatcher not in ("deepep", "alltoall", "allgather"):
         raise WindtunnelError(f"Field 'dispatcher' is '{dispatcher}'; valid: deepep, alltoall, allgather.",
                               field="dispatcher")
-    spec, dag = resolve_model(model)
-    if dag is not None:
-        raise WindtunnelError("Plan search needs a transformer model (catalog, YAML or config.json), not an operator DAG.")
+    spec, dag = resolve_model(model, batch_shape or None)
+    if dag is not None and not hasattr(dag, "imported"):
+        raise WindtunnelError("Plan search needs a transformer model (catalog, YAML or config.json) or an ONNX model, "
+                              "not a per-rank operator-DAG YAML.")
+    if dag is not None:  # an ONNX operator DAG: its own small space, every plan simulated (graph/dag_search.py)
+        from windtunnel.graph.dag_search import search_dag
+
+        document = search_dag(spec, dag, load_hardware(hardware, devices), global_batch, precision=precision,
+                              framework=framework, top=top)
+        _emit_json(document) if as_json else search_table(document, console)
+        return
     cluster = load_hardware(hardware, devices)
     cluster.chip.peak(precision)
     from windtunnel.profile import apply_profile

@@ -211,6 +211,7 @@ class SlowClass:
     rate_per_s: float
     slowdown: float
     duration_s: float
+    evictable: bool = False   # a slow device, node or link the job can drop (not a job-wide slowdown)
 
 
 @dataclass(frozen=True)
@@ -256,7 +257,8 @@ def job_rates(profile: FaultProfile, devices: int, devices_per_node: int) -> Job
         units = units_in_job(comp.per, devices, devices_per_node, nps)
         rate = profile.rate_per_unit_hour(name) * units / 3600.0
         if comp.mode == "fail-slow":
-            slow.append(SlowClass(name, rate, float(comp.slowdown or 1.0), float(comp.duration_s or 0.0)))
+            slow.append(SlowClass(name, rate, float(comp.slowdown or 1.0), float(comp.duration_s or 0.0),
+                                  evictable=comp.per != "job"))
             continue
         out = {"none": 0, "device": 1, "node": 1, "switch": min(nps, nodes)}[comp.blast_radius]
         stop.append(StopClass(name, comp.component, rate, 0 if comp.planned else out, comp.planned))

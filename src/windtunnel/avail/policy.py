@@ -74,6 +74,9 @@ class RecoveryPolicy(BaseModel):
     memory_cost_s: float = Field(default=0.0, ge=0.0)
     replica_devices: int | None = Field(default=None, ge=1)
     durations: Literal["deterministic", "exponential"] = "deterministic"
+    # Fail-slow eviction (windtunnel.avail.failslow): a slow device/node/link is detected after this long and
+    # the job restarts without it (a restart, no work lost); None = slow components are left in place.
+    evict_slow_s: float | None = Field(default=None, ge=0.0)
 
     def resolved(self, nodes: int) -> RecoveryPolicy:
         """Fill the per-kind defaults for a job of ``nodes`` nodes; spares beyond the job are an error."""
@@ -100,8 +103,9 @@ _KEYS = {
     "async": "checkpoint_async", "checkpoint-async": "checkpoint_async", "stall": "checkpoint_stall_s",
     "checkpoint-stall": "checkpoint_stall_s", "rollback": "rollback", "memory-every": "memory_every_s",
     "memory-cost": "memory_cost_s", "replica-devices": "replica_devices", "durations": "durations",
+    "evict-slow": "evict_slow_s",
 }
-_DURATION_FIELDS = {"detect_s", "isolate_s", "restart_s", "repair_s", "checkpoint_every_s", "checkpoint_cost_s",
+_DURATION_FIELDS = {"evict_slow_s", "detect_s", "isolate_s", "restart_s", "repair_s", "checkpoint_every_s", "checkpoint_cost_s",
                     "checkpoint_stall_s", "memory_every_s", "memory_cost_s"}
 _BOOLS = {"true": True, "false": False, "yes": True, "no": False, "1": True, "0": False, "on": True, "off": False}
 

@@ -243,6 +243,13 @@ def make_scenario(
         assumptions.append(DEFAULT_REASONS["stall"])
     assumptions.append(f"recovery durations {resolved.durations}; a failure during recovery restarts the recovery "
                        "(detection, then waiting for repair when no spare is free, then the restart)")
-    return Scenario(devices=devices, devices_per_node=int(devices_per_node), rates=job_rates(profile, devices, devices_per_node),
+    rates = job_rates(profile, devices, devices_per_node)
+    if resolved.evict_slow_s is not None:
+        from windtunnel.avail.failslow import evict_slow
+
+        rates = evict_slow(rates, resolved.evict_slow_s)
+        assumptions.append(f"fail-slow eviction after {resolved.evict_slow_s:g} s: a longer slow episode on a device, "
+                           "node or link becomes that much slowdown plus a restart without it (no work lost)")
+    return Scenario(devices=devices, devices_per_node=int(devices_per_node), rates=rates,
                     policy=resolved, step_time_s=float(step_time_s), horizon_s=float(horizon_s),
                     profile_id=profile.id, assumptions=tuple(assumptions))

@@ -16,15 +16,8 @@ import time
 from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.hardware import Cluster
 from windtunnel.specs.plan import Plan
+from windtunnel.train.space import _powers_of_two as _powers
 from windtunnel.train.step import TrainingJob, simulate
-
-
-def _powers(limit: int) -> list[int]:
-    out, value = [], 1
-    while value <= limit:
-        out.append(value)
-        value *= 2
-    return out
 
 
 def search_dag(spec, dag, cluster: Cluster, global_batch: int, *, precision: str = "bf16", framework: str = "megatron",
