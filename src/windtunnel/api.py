@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from windtunnel.graph.capture import capture
 from windtunnel.graph.dag import DagModel, load_dag
 from windtunnel.infer.api import compare_dynamic, search_serving, simulate_serving, validate_inference
 from windtunnel.profile import Profile, apply_profile
@@ -20,7 +21,8 @@ from windtunnel.train.result import TrainingResult
 from windtunnel.train.step import TrainingJob, dag_stub_model, simulate
 from windtunnel.train.uncertainty import annotate
 
-__all__ = ["load_hardware", "load_model", "load_dag", "parse_plan", "simulate_training", "TrainingResult", "TrainingJob",
+__all__ = ["load_hardware", "load_model", "load_dag", "capture", "parse_plan", "simulate_training", "TrainingResult",
+           "TrainingJob",
            "failure_aware_goodput", "simulate_serving", "search_serving", "compare_dynamic", "validate_inference"]
 
 

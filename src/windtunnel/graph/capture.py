@@ -1,0 +1,41 @@
+"""Capture a PyTorch module as an operator DAG (the optional ``[torch]`` extra).
+
+``capture(module, example_inputs)`` traces the module with torch's ONNX exporter (``torch.onnx.export``:
+the module runs once on the example inputs, as ``torch.jit.trace`` does) into a temporary ONNX file and
+imports that as a :class:`windtunnel.graph.graph_model.GraphModel`, so a captured model is costed,
+sharded and searched exactly as an imported ``.onnx`` file. ``dynamic`` names input dimensions that
+stay symbolic (``{"x": {0: "batch"}}``), to be bound by ``batch_shape`` as for any ONNX model.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from windtunnel.specs.errors import WindtunnelError
+
+
+def capture(module: Any, example_inputs: Any, *, dynamic: dict[str, dict[int, str]] | None = None,
+            batch_shape: dict[str, int] | None = None, path: str | Path | None = None):
+    """A GraphModel of ``module`` traced on ``example_inputs`` (a tensor or a tuple of tensors).
+
+    ``path``: where to keep the ONNX file (default: a temporary directory that lives as long as the
+    process). Raises a WindtunnelError naming the extra to install when torch is absent.
+    """
+    try:
+        import torch
+    except ImportError:
+        raise WindtunnelError("windtunnel.capture needs PyTorch: install the optional extra "
+                              "(pip install 'windtunnel[torch]').", field="torch") from None
+    from windtunnel.graph.graph_model import GraphModel
+
+    inputs = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
+    names = [f"input_{i}" for i in range(len(inputs))]
+    target = Path(path) if path is not None else Path(tempfile.mkdtemp(prefix="windtunnel-capture-")) / "model.onnx"
+    export = dict(input_names=names, dynamic_axes=dynamic or None, opset_version=17)
+    try:
+        torch.onnx.export(module, inputs, str(target), dynamo=False, **export)
+    except TypeError:  # torch releases before the dynamo switch
+        torch.onnx.export(module, inputs, str(target), **export)
+    return GraphModel(target, batch_shape or {})
