@@ -108,3 +108,11 @@ def test_cli_two_phases_json_deterministic(tmp_path):
     assert (tmp_path / "t.csv").read_text().startswith("t_s,phase,state")
     bad = CliRunner().invoke(app, args[:-3] + ["--price", "2.5"])
     assert isinstance(bad.exception, WindtunnelError) and "device-hour" in str(bad.exception)
+
+
+def test_phase_plan_search_picks_a_plan_by_goodput():
+    inp = JobInputs(model="llama3-8b", hardware="h100-sxm", devices=64, replications=3,
+                    policy="elastic-shrink,spares=0")
+    d = rehearse_job(inp, [parse_phase("seq=4096,tokens=50B,batch=128,plan=search", 0)])
+    p = d["phases"][0]
+    assert p["plan_search"]["best_with_faults"] == p["plan"] and p["plan_search"]["refined"] >= 1

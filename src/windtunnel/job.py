@@ -40,6 +40,7 @@ PHASE_KEYS = {"seq": "seq_len", "seq-len": "seq_len", "seq_len": "seq_len", "tok
               "batch": "global_batch", "global-batch": "global_batch", "global_batch": "global_batch",
               "name": "name"}
 DEFAULT_STORAGE_BANDWIDTH = 2.0e12
+SEARCH_REFINE = 16  # plans refined by the event engine when a phase says plan=search
 STORAGE_REASON = ("checkpoint storage bandwidth 2 TB/s when not given: the sustained Tectonic throughput Llama 3 "
                   "reports (validation/reliability.csv A04)")
 
@@ -57,7 +58,8 @@ class Phase:
 
 def parse_phase(text: str, index: int, *, default_batch: int | None = None) -> Phase:
     """``seq=8192,tokens=15T,batch=2048,plan=tp=8,pp=16,...`` -> Phase. Items whose key is a phase key
-    (seq, tokens, batch, name) are the phase's; ``plan=`` and every other item form the plan. ``batch`` is
+    (seq, tokens, batch, name) are the phase's; ``plan=`` and every other item form the plan (``plan=search``:
+    Sim2Train's plan search picks it, ranked by goodput after the job's faults). ``batch`` is
     in sequences, or in tokens with a ``tok`` suffix (``batch=16Mtok``)."""
     fields: dict = {"name": f"phase{index + 1}"}
     plan_items: list[str] = []
@@ -179,6 +181,9 @@ def rehearse_phase(inp: JobInputs, phase: Phase, *, keep_timeline: bool = True) 
     from windtunnel.specs.hardware import load_hardware
     from windtunnel.specs.plan import parse_plan
 
+    search_note = None
+    if phase.plan.strip().lower() == "search":
+        phase, search_note = _searched_phase(inp, phase)
     train = simulate_training(inp.model, inp.hardware, inp.devices, seq_len=phase.seq_len,
                               global_batch=phase.global_batch, plan=phase.plan, framework=inp.framework,
                               profile=inp.profile)
@@ -234,11 +239,44 @@ def rehearse_phase(inp: JobInputs, phase: Phase, *, keep_timeline: bool = True) 
         "band_tokens_per_s": (train.band or {}).get("tokens_per_s_band"),
         "scenario_assumptions": list(sc.assumptions),
     }
+    if search_note is not None:
+        row["plan_search"] = search_note
     if keep_timeline and sim.timeline is not None:
         from windtunnel.avail.timeline import build_timeline
 
         row["_timeline"] = build_timeline(sim.timeline, sim_sc, max(wall_s / inp.timeline_bins, train.step_time_s))
     return row
+
+
+def _searched_phase(inp: JobInputs, phase: Phase) -> tuple[Phase, dict]:
+    """``plan=search``: Sim2Train's plan search for the phase, its refined plans ranked by goodput after the
+    job's faults (``job_search``); the phase runs the best plan with faults."""
+    from windtunnel.api import resolve_model
+    from windtunnel.job_search import rank_with_faults
+    from windtunnel.search.backends import make_backend
+    from windtunnel.specs.hardware import load_hardware
+    from windtunnel.specs.stack import load_stack
+    from windtunnel.train.search import search_training
+    from windtunnel.train.space import SearchSpace
+
+    spec, dag = resolve_model(inp.model)
+    if dag is not None:
+        raise WindtunnelError("plan=search needs a transformer model, not an operator DAG (field 'phase').", field="phase")
+    space = SearchSpace(spec, load_hardware(inp.hardware, inp.devices), phase.seq_len, phase.global_batch,
+                        framework=load_stack(inp.framework).id)
+    backend = make_backend("local", workers=None)
+    try:
+        doc = search_training(space, backend, top=SEARCH_REFINE, refine_count=SEARCH_REFINE)
+    finally:
+        backend.close()
+    if not doc["plans"]:
+        raise WindtunnelError(f"Phase '{phase.name}': the plan search found no plan that fits (seq {phase.seq_len}, "
+                              f"batch {phase.global_batch}, {inp.devices} devices); give a plan (field 'phase').",
+                              field="phase")
+    fa = rank_with_faults(doc, inp)
+    note = {"refined": len(doc["plans"]), "best_fault_free": fa["best_fault_free"],
+            "best_with_faults": fa["best_with_faults"], "best_plan_changes": fa["best_plan_changes"]}
+    return Phase(phase.name, phase.seq_len, phase.tokens, phase.global_batch, fa["best_with_faults"]), note
 
 
 def _with_horizon(sc, horizon_s: float):
