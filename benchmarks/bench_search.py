@@ -24,6 +24,9 @@ PROBLEMS = [
     # style (sequence parallel) and overlap, micro-batch, network tier per group (rank order).
     ("GPT-3 175B, 1,024 A100 80GB (Calculon's space)", "gpt3-175b", "a100-80g", 1024, 2048, 256,
      {"mbs": [1, 2, 4, 8, 16], "vpp": [1, 2, 3, 4, 6, 8, 12]}),
+    ("DeepSeek-V3, 10,752 Ascend 910C (28 CloudMatrix384)", "deepseek-v3", "ascend-910c", 10752, 4096, 10752, {}),
+    ("DeepSeek-V3, 98,304 H800", "deepseek-v3", "h800", 98304, 4096, 98304, {}),
+    ("Llama-3 405B, 100,000 H100 (dense)", "llama3-405b", "h100-sxm", 100000, 8192, 16000, {}),
 ]
 
 
