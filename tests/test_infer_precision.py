@@ -54,3 +54,15 @@ def test_tensorrt_llm_09_runs_hopper_experts_on_the_legacy_kernel() -> None:
     assert kernel.precision == "bf16" and kernel.weight_bytes == 1.0 and kernel.rate_share < 1.0
     assert expert_kernel("TensorRT-LLM 0.9.0", "ampere", "fp16").rate_share == 1.0
     assert expert_kernel("vLLM", "hopper", "fp8").precision is None
+
+
+def test_910c_counted_in_dies() -> None:
+    """A CloudMatrix-Infer-style deployment counts EP/DP in dies: half a package's peak, HBM and bandwidth each."""
+    m = load_model("deepseek-v3")
+    die = resolve_instance(m, "ascend-910c-die", InstanceSpec(role="decode", ep=64, dp=64, precision="int8"))
+    package = resolve_instance(m, "ascend-910c", InstanceSpec(role="decode", ep=32, dp=32, precision="int8"))
+    assert die.chip.peak("int8") * 2 == package.chip.peak("int8")
+    assert die.chip.hbm_bandwidth * 2 == package.chip.hbm_bandwidth
+    assert die.devices == 2 * package.devices
+    # Attention and dense layers are replicated per DP rank, so dies hold more than half a package's weights.
+    assert die.weight_bytes > 0.5 * package.weight_bytes
