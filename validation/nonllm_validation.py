@@ -97,22 +97,37 @@ def report(doc: dict, scored: list[dict]) -> str:
              "## Summary", "", "| split | rows | median abs error | max abs error |", "|---|---:|---:|---:|"]
     for split, s in doc["summary"].items():
         lines.append(f"| {split} | {s['n']} | {s['median_abs_error']:.1%} | {s['max_abs_error']:.1%} |")
-    lines += ["", "Fitted on the calibration rows (shipped in `catalog/efficiency.yaml`, `operator_kinds`):", ""]
+    lines += ["", "Fitted on the calibration rows (`catalog/efficiency.yaml`, `operator_kinds`). A fit that ends on",
+              "the lower bound means the kind is not what limits those rows; it is not shipped (the prior stays):", ""]
     for key, value in doc["fitted"].items():
-        lines.append(f"* `{key}`: fitted {value:.2f}, shipped {doc['shipped'][key]:.2f}")
+        note = " (lower bound: not shipped, prior kept)" if value <= GRID[0] else ""
+        lines.append(f"* `{key}`: fitted {value:.2f}, shipped {doc['shipped'][key]:.2f}{note}")
+    lines += ["", "Seven of the ten validation rows are BERT-large phase 1 at 1 to 256 GPUs: the same per-GPU work,",
+              "so they mostly test data-parallel scaling; the per-model picture is in the rows below."]
     lines += ["", "## Rows", "", "| id | model | devices | batch/device | split | measured | predicted | error |",
               "|---|---|---:|---:|---|---:|---:|---:|"]
     for s in scored:
         lines.append(f"| {s['id']} | {s['model']} | {s['devices']} | {s['batch_per_device']} | {s['split']} | "
                      f"{float(s['value']):,.0f} | {s['predicted']:,.0f} | {s['error']:+.1%} |")
     lines += ["", "## Where it is worse", ""]
+    by_id = {s["id"]: s for s in scored}
     worst = sorted((s for s in scored if s["split"] == "validation"), key=lambda s: -abs(s["error"]))[:3]
     for s in worst:
         lines.append(f"* {s['id']}: {s['error']:+.1%} ({s['notes']}).")
-    lines += ["", "The SE(3)-Transformer graph is a simplified stand-in (see the notes): the published runs",
-              "lose throughput at the smaller batch (2.92 -> 2.04 mol/ms from batch 240 to 120), a fixed",
-              "per-step cost (basis computation, DGL graph batching, many small kernels) that the",
-              "simplified graph does not have, so one bandwidth efficiency cannot fit both batch sizes.", ""]
+    lines += ["", "The SE(3)-Transformer rows are the worst, by far: the graph is a simplified stand-in (see the",
+              "notes: one fused radial network and TFN contraction per layer, about 150 operators per forward).",
+              "NVIDIA's implementation computes the spherical-harmonic bases every step and runs per-degree",
+              "DGL kernels, thousands of small kernels per step; its batch-120 row (59 ms per step against 82 ms",
+              "at batch 240) is what a host-bound step looks like, and its per-molecule work at batch 240 is",
+              "about 1.8x the stand-in's. One gather-bandwidth efficiency cannot close either gap (its fit ends",
+              "on the bound), so the rows are reported as they are: a faithful SE(3) operator list (exported",
+              "from the real model with `windtunnel.capture`) is the way to score that model.",
+              f"ResNet-50 on 1 GPU stays {-by_id['RN50-1']['error']:.0%} low with the convolution at the GEMM's rate "
+              "(the fit's upper bound);",
+              "the remainder is in the unfused eager BatchNorm/ReLU traffic the stack runs. BERT phase 1 runs",
+              f"{by_id['BERT128-1']['error']:.0%} to {by_id['BERT128-256']['error']:.0%} fast, the gap growing with "
+              "the node count: the real runs expose",
+              "more of the gradient all-reduce over InfiniBand than the simulated bucketed overlap does.", ""]
     return "\n".join(lines)
 
 
