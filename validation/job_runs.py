@@ -98,6 +98,12 @@ def _published_rate_hours(run: dict, doc: dict) -> float | None:
     return total
 
 
+def run_power(run: dict) -> float:
+    from windtunnel.specs.hardware import load_hardware
+
+    return load_hardware(run["hardware"], run["devices"]).chip.power_w or 0.0
+
+
 def run_peak(run: dict) -> float:
     from windtunnel.specs.hardware import load_hardware
 
@@ -125,7 +131,11 @@ def main(out: Path = Path(__file__).with_name("JOB_REPORT.md")) -> None:
                      f"{pred / 1e6:.3f}M | {pred / pub - 1:+.1%} | {free / 1e6:.3f}M | {doc['ettr']:.3f} | "
                      + ("n/a | n/a" if b is None else f"{b / 1e6:.3f}M | {b / pub - 1:+.1%}")
                      + f" | {doc['time_to_train_days']:.1f} | {doc['interruptions']:.0f} |")
-        details += [f"## {run['id']}: {run['name']}", "", f"- published: {run['published']}",
+        energy = ("" if doc["energy_kwh"] is None else
+                  f"- energy (a): {doc['energy_kwh'] / 1e6:.2f} GWh of device energy at PUE 1 (the rule in "
+                  f"windtunnel.job_costs); the published device-hours at the chip's {run_power(run):g} W board power "
+                  f"(the basis model cards use for emissions) give {pub * run_power(run) / 1e9:.2f} GWh")
+        details += [f"## {run['id']}: {run['name']}", "", f"- published: {run['published']}", *([energy] if energy else []),
                     *(f"- phase {p['name']}: plan `{p['plan']}`; step {p['step_time_s']:.3g} s, {p['tokens_per_s']:.4g} "
                       f"tokens/s (MFU {p['mfu']:.1%}); ETTR {p['ettr']:.4f}; checkpoint {p['checkpoint']['bytes'] / 1e12:.3g} TB "
                       f"written in {p['checkpoint']['write_s']:.3g} s every {p['checkpoint']['every_s'] / 60:.3g} min"
