@@ -109,6 +109,8 @@ def simulate_training(
         from windtunnel.train.variant import job_variant
 
         job = job_variant(job, what_if)
+    if dag is not None and not isinstance(dag, DagModel):
+        return simulate(job)  # the LLM rows' bands do not describe imported DAGs (validation/NONLLM_REPORT.md)
     return annotate(simulate(job), generation=cluster.chip.generation, precision=job.plan.precision,
                     arch="moe" if model_spec.moe else "dense")
 
