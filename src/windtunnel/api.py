@@ -92,7 +92,9 @@ def simulate_training(
     if dag is not None and not isinstance(dag, DagModel):  # ONNX: a sample is one of the bound batch shape
         from windtunnel.graph.graph_model import check_graph_plan
 
-        seq_len, plan = 1, parse_plan(plan).model_copy(update={"sp": False})
+        given = parse_plan(plan)
+        seq_len, plan = 1, given.model_copy(update={"sp": False, "tp_overlap": False, "recompute": (
+            "none" if given.recompute == "selective" else given.recompute)})
         check_graph_plan(plan)
     if isinstance(hardware, Cluster):
         cluster = hardware if devices is None else hardware.model_copy(update={"devices": devices})
