@@ -8,10 +8,10 @@ Sim2Availability) are all reachable from here.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from windtunnel.graph.capture import capture
 from windtunnel.graph.dag import DagModel, load_dag
-from windtunnel.infer.api import compare_dynamic, search_serving, simulate_serving, validate_inference
 from windtunnel.profile import Profile, apply_profile
 from windtunnel.specs.hardware import Cluster, load_hardware
 from windtunnel.specs.model import ModelSpec, load_model
@@ -24,6 +24,18 @@ from windtunnel.train.uncertainty import annotate
 __all__ = ["load_hardware", "load_model", "load_dag", "capture", "parse_plan", "simulate_training", "TrainingResult",
            "TrainingJob",
            "failure_aware_goodput", "simulate_serving", "search_serving", "compare_dynamic", "validate_inference"]
+if TYPE_CHECKING:
+    from windtunnel.infer.api import compare_dynamic, search_serving, simulate_serving, validate_inference
+_SERVING = ("simulate_serving", "search_serving", "compare_dynamic", "validate_inference")
+
+
+def __getattr__(name: str):
+    """Sim2Infer's entry points, imported on first use (a training command need not load the serving pillar)."""
+    if name in _SERVING:
+        from windtunnel.infer import api as infer_api
+
+        return getattr(infer_api, name)
+    raise AttributeError(f"module 'windtunnel.api' has no attribute {name!r}")
 
 
 def resolve_model(model, batch_shape: str | dict | None = None) -> tuple[ModelSpec, DagModel | None]:
@@ -92,9 +104,7 @@ def simulate_training(
     if dag is not None and not isinstance(dag, DagModel):  # ONNX: a sample is one of the bound batch shape
         from windtunnel.graph.graph_model import check_graph_plan
 
-        given = parse_plan(plan)
-        seq_len, plan = 1, given.model_copy(update={"sp": False, "tp_overlap": False, "recompute": (
-            "none" if given.recompute == "selective" else given.recompute)})
+        seq_len, plan = 1, parse_plan(plan).model_copy(update={"sp": False})
         check_graph_plan(plan)
     if isinstance(hardware, Cluster):
         cluster = hardware if devices is None else hardware.model_copy(update={"devices": devices})
@@ -111,8 +121,6 @@ def simulate_training(
         from windtunnel.train.variant import job_variant
 
         job = job_variant(job, what_if)
-    if dag is not None and not isinstance(dag, DagModel):
-        return simulate(job)  # the LLM rows' bands do not describe imported DAGs (validation/NONLLM_REPORT.md)
     return annotate(simulate(job), generation=cluster.chip.generation, precision=job.plan.precision,
                     arch="moe" if model_spec.moe else "dense")
 
