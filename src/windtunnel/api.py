@@ -104,7 +104,9 @@ def simulate_training(
     if dag is not None and not isinstance(dag, DagModel):  # ONNX: a sample is one of the bound batch shape
         from windtunnel.graph.graph_model import check_graph_plan
 
-        seq_len, plan = 1, parse_plan(plan).model_copy(update={"sp": False})
+        given = parse_plan(plan)
+        seq_len, plan = 1, given.model_copy(update={"sp": False, "tp_overlap": False, "recompute": (
+            "none" if given.recompute == "selective" else given.recompute)})
         check_graph_plan(plan)
     if isinstance(hardware, Cluster):
         cluster = hardware if devices is None else hardware.model_copy(update={"devices": devices})
@@ -121,6 +123,8 @@ def simulate_training(
         from windtunnel.train.variant import job_variant
 
         job = job_variant(job, what_if)
+    if dag is not None and not isinstance(dag, DagModel):
+        return simulate(job)  # the LLM rows' bands do not describe imported DAGs (validation/NONLLM_REPORT.md)
     return annotate(simulate(job), generation=cluster.chip.generation, precision=job.plan.precision,
                     arch="moe" if model_spec.moe else "dense")
 
