@@ -74,3 +74,21 @@ def test_bad_dag_on_the_cli_exits_2_without_traceback(tmp_path, cli):
     proc = cli("train", "simulate", "--model", str(path), "--hardware", "h100-sxm", "--devices", "8",
                "--seq-len", "8192", "--global-batch", "64")
     assert_one_clear_error(proc, "nowhere")
+
+
+def test_yaml_dag_takes_conv_gather_and_sparse_kinds(tmp_path):
+    doc = {"name": "gnn", "layers": 2, "hidden": 256, "tokens_per_micro_batch": 4096, "params_per_layer": 1.0e5,
+           "layer": [{"name": "conv", "kind": "conv", "m": 4096, "n": 256, "k": 576, "bytes": 4.0e6},
+                     {"name": "gather", "kind": "gather", "bytes": 8.0e6, "deps": ["conv"]},
+                     {"name": "spmm", "kind": "sparse", "flops": 2.0e9, "bytes": 1.6e7, "deps": ["gather"]}]}
+    path = tmp_path / "gnn.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    graph = load_dag(path).graph("layer")
+    assert [op.kind for op in graph.ops] == ["conv", "gather", "sparse"]
+    result = simulate_training(str(path), "h100-sxm", 8, seq_len=4096, global_batch=8,
+                               plan="tp=1,pp=1,mbs=1,recompute=none,zero=1")
+    assert result.feasible and result.breakdown["compute"] > 0
+    doc["layer"][2].pop("flops")
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(WindtunnelError, match="flops"):
+        load_dag(path)

@@ -17,7 +17,10 @@ layer:
   - {name: ar, kind: all_reduce, group: tp, bytes: 3.3e+7, deps: [attn]}
 ```
 
-Units: FLOPs, bytes, tokens. ``kind`` is gemm (m, n, k, optional count), attention (flops, bytes,
+Units: FLOPs, bytes, tokens. ``kind`` is gemm (m, n, k, optional count), conv (an implicit GEMM: m =
+batch x output pixels, n = output channels per group, k = input channels per group x kernel area, count =
+groups), gather (bytes: gathers, scatters, embedding lookups), sparse (flops = 2 x nonzeros x width, bytes:
+graph message passing as SpMM), attention (flops, bytes,
 kv_len, optional exponentials: softmax exponentials evaluated, one per score), memory (bytes), or a collective (all_reduce, all_gather, reduce_scatter, all_to_all,
 send_recv) with ``group`` one of tp, cp, ep, dp and ``bytes`` the full buffer. Every operator may
 state its host (CPU) cost: ``host_ops`` (eager framework ops, default 1), ``library_calls`` (per-expert
@@ -45,7 +48,8 @@ class DagOperator(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     name: str
-    kind: Literal["gemm", "attention", "memory", "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]
+    kind: Literal["gemm", "conv", "attention", "memory", "gather", "sparse", "all_reduce", "all_gather",
+                  "reduce_scatter", "all_to_all", "send_recv"]
     deps: list[str] = Field(default_factory=list)
     m: PositiveInt | None = None
     n: PositiveInt | None = None
@@ -138,6 +142,15 @@ def _operator(op: DagOperator, deps: tuple[int, ...], where: str) -> Op:
             raise WindtunnelError(f"Operator DAG '{where}': {op.kind} operator '{op.name}' needs field(s) "
                                   f"{', '.join(missing)}.")
 
+    if op.kind == "conv":  # implicit GEMM: m = batch x output pixels, n = out channels/group, k = in/group x kernel
+        need("m", "n", "k")
+        return Op(op.name, "conv", flops=2.0 * op.m * op.n * op.k, bytes_moved=op.bytes,
+                  saved_bytes=ACT_BYTES * op.m * op.k * op.count if op.saved_bytes is None else op.saved_bytes,
+                  shape=(op.m, op.n, op.k), deps=deps, count=op.count, model_flops=op.model_flops, **host)
+    if op.kind in ("gather", "sparse"):
+        need("bytes", *(("flops",) if op.kind == "sparse" else ()))
+        return Op(op.name, op.kind, flops=op.flops, bytes_moved=op.bytes, saved_bytes=op.saved_bytes or 0.0,
+                  deps=deps, model_flops=op.kind == "sparse" and op.model_flops, **host)
     if op.kind == "gemm":
         need("m", "n", "k")
         saved = ACT_BYTES * op.m * op.k * op.count if op.saved_bytes is None else op.saved_bytes
