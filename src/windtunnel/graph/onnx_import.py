@@ -159,8 +159,9 @@ def import_onnx(path: str | Path, batch_shape: dict[str, int] | None = None, mic
               f"dimensions: {', '.join(dims) or 'none (every input shape is fixed)'}.", "batch_shape")
     free = [name for name in dims if name not in batch_shape]
     if len(free) > 1:
-        _fail(where, f"symbolic dimensions {', '.join(free)} are unbound; bind all but the batch dimension with "
-              f"--batch-shape NAME=VALUE (e.g. --batch-shape {free[1]}=128).", "batch_shape")
+        _fail(where, f"symbolic dimensions {', '.join(free)} are unbound; one of them may stay free as the batch "
+              f"(the micro-batch), bind the others with --batch-shape NAME=VALUE,... (e.g. --batch-shape "
+              f"{','.join(f'{name}=128' for name in free[1:])}).", "batch_shape")
     bindings = dict(batch_shape)
     scale = micro_batch
     if free:
