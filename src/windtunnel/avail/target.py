@@ -151,6 +151,16 @@ def _scenario_at(sc: Scenario, row: dict) -> Scenario:
     return sc.with_policy(**{field: v}) if field else sc.with_policy(spares=int(v))
 
 
+def _edge(ok, inside: float, outside: float) -> float:
+    """The point between ``inside`` (ok) and ``outside`` (log scale) where ``ok`` stops holding, on the ok side."""
+    if ok(outside):
+        return outside
+    for _ in range(_ITER):
+        mid = math.sqrt(inside * outside)
+        inside, outside = (mid, outside) if ok(mid) else (inside, mid)
+    return inside
+
+
 def _checkpoint_row(sc: Scenario, goal: _Goal) -> dict:
     """Checkpoint interval: the ETTR-best interval (Markov) and the range of intervals that reach the ETTR
     target (availability does not depend on it: a checkpoint stall is running time)."""
@@ -169,22 +179,7 @@ def _checkpoint_row(sc: Scenario, goal: _Goal) -> dict:
             def ok(t: float) -> bool:
                 return _metrics(sc.with_policy(checkpoint_every_s=t))[1] >= goal.ettr
 
-            lo, hi = best, best
-            a, b = max(sc.step_time_s, best / 1e3), best
-            if ok(a):
-                lo = a
-            else:
-                for _ in range(_ITER):
-                    mid = math.sqrt(a * b)
-                    a, b = (a, mid) if ok(mid) else (mid, b)
-                lo = b
-            a, b = best, best * 1e3
-            if ok(b):
-                hi = b
-            else:
-                for _ in range(_ITER):
-                    mid = math.sqrt(a * b)
-                    a, b = (mid, b) if ok(mid) else (a, mid)
-                hi = a
+            lo = _edge(ok, best, max(sc.step_time_s, best / 1e3))
+            hi = _edge(ok, best, best * 1e3)
             row["ettr_range_s"] = [lo, hi]
     return row
