@@ -181,8 +181,8 @@ def markov_cmd(
 def optimize_cmd(
     sc: Scenario,
     knob: list[str] = typer.Option(["checkpoint-every"], help="checkpoint-every, spares, policy, or target "
-                                                                "(failure rates and recovery times reaching "
-                                                                "--target-availability). Repeatable."),
+                                                                "(what reaches --target-availability from this "
+                                                                "scenario, as `avail target`). Repeatable."),
     target_availability: float = typer.Option(0.98, help="Availability target for --knob target."),
     replications: int = typer.Option(200, help="Replications for the simulated checkpoint optimum."),
     seed: int = typer.Option(0, help="Random seed."),
@@ -191,7 +191,6 @@ def optimize_cmd(
     """Best checkpoint interval (Young, Daly, Markov, simulated), spare pool, recovery policy, availability target."""
     from windtunnel.avail.formulas import daly_interval_s, young_interval_s
     from windtunnel.avail.optimize import (
-        availability_target,
         compare_policies,
         markov_checkpoint_optimum,
         optimize_spares,
@@ -219,8 +218,9 @@ def optimize_cmd(
         elif k == "policy":
             out["policy"] = compare_policies(sc)
         else:
-            out["target"] = availability_target(sc.devices, sc.devices_per_node, target=target_availability,
-                                                repair_s=sc.policy.repair_s)
+            from windtunnel.avail.target import availability_target as scenario_target
+
+            out["target"] = scenario_target(sc, availability=target_availability, replications=replications, seed=seed)
     if as_json:
         _emit_json(out)
         return
@@ -246,16 +246,9 @@ def optimize_cmd(
                           f"{r['availability']:.4%}", f"{r['ettr']:.4%}")
         console.print(table)
     if "target" in out:
-        t = out["target"]
-        table = Table(title=f"reaching {t['target_availability']:.0%} availability on {t['devices']} devices")
-        table.add_column("recovery (s)", justify="right")
-        table.add_column("max failures per 1000 node-days", justify="right")
-        table.add_column("min job MTBF (h)", justify="right")
-        for r in t["by_recovery"]:
-            mt = r["min_job_mtbf_s"]
-            table.add_row(f"{r['recovery_s']:g}", f"{r['max_failures_per_1000_node_days']:.3g}",
-                          "" if mt is None else f"{mt / 3600:.3g}")
-        console.print(table)
+        from windtunnel.cli_avail_target import print_target
+
+        print_target(out["target"], console)
 
 
 @scenario_command("target")
