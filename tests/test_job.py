@@ -116,3 +116,14 @@ def test_phase_plan_search_picks_a_plan_by_goodput():
     d = rehearse_job(inp, [parse_phase("seq=4096,tokens=50B,batch=128,plan=search", 0)])
     p = d["phases"][0]
     assert p["plan_search"]["best_with_faults"] == p["plan"] and p["plan_search"]["refined"] >= 1
+
+
+def test_phase_devices():
+    p = parse_phase("seq=4096,tokens=50B,batch=128,devices=32,plan=tp=2", 0)
+    assert p.devices == 32
+    inp = JobInputs(model="llama3-8b", hardware="h100-sxm", devices=64, replications=3)
+    d = rehearse_job(inp, [p, Phase(name="b", seq_len=4096, tokens=5e10, global_batch=128, plan="tp=2")])
+    a, b = d["phases"]
+    assert (a["devices"], b["devices"]) == (32, 64)
+    assert d["device_hours"] == pytest.approx(a["device_hours"] + b["device_hours"])
+    assert a["device_hours"] == pytest.approx(32 * a["wall_s"] / 3600)

@@ -38,7 +38,7 @@ from windtunnel.specs.errors import WindtunnelError
 
 PHASE_KEYS = {"seq": "seq_len", "seq-len": "seq_len", "seq_len": "seq_len", "tokens": "tokens",
               "batch": "global_batch", "global-batch": "global_batch", "global_batch": "global_batch",
-              "name": "name"}
+              "name": "name", "devices": "devices"}
 DEFAULT_STORAGE_BANDWIDTH = 2.0e12
 SEARCH_REFINE = 16  # plans refined by the event engine when a phase says plan=search
 STORAGE_REASON = ("checkpoint storage bandwidth 2 TB/s when not given: the sustained Tectonic throughput Llama 3 "
@@ -54,11 +54,12 @@ class Phase:
     tokens: float
     global_batch: int
     plan: str = ""
+    devices: int | None = None   # None: the job's --devices
 
 
 def parse_phase(text: str, index: int, *, default_batch: int | None = None) -> Phase:
     """``seq=8192,tokens=15T,batch=2048,plan=tp=8,pp=16,...`` -> Phase. Items whose key is a phase key
-    (seq, tokens, batch, name) are the phase's; ``plan=`` and every other item form the plan (``plan=search``:
+    (seq, tokens, batch, devices, name) are the phase's; ``plan=`` and every other item form the plan (``plan=search``:
     Sim2Train's plan search picks it, ranked by goodput after the job's faults). ``batch`` is
     in sequences, or in tokens with a ``tok`` suffix (``batch=16Mtok``)."""
     fields: dict = {"name": f"phase{index + 1}"}
@@ -97,7 +98,9 @@ def parse_phase(text: str, index: int, *, default_batch: int | None = None) -> P
         batch = max(1, round(batch_tokens / seq))
     else:
         batch = _whole(batch_text, "phase batch")
-    return Phase(name=str(fields["name"]), seq_len=seq, tokens=tokens, global_batch=batch, plan=",".join(plan_items))
+    devices = _whole(fields["devices"], "phase devices") if "devices" in fields else None
+    return Phase(name=str(fields["name"]), seq_len=seq, tokens=tokens, global_batch=batch, plan=",".join(plan_items),
+                 devices=devices)
 
 
 def _whole(text, field: str) -> int:
@@ -219,7 +222,7 @@ def rehearse_phase(inp: JobInputs, phase: Phase, *, keep_timeline: bool = True) 
                                   utilisation=util, pue=inp.pue)
     lo, hi = sim.ci95("ettr")
     row = {
-        "name": phase.name, "seq_len": phase.seq_len, "tokens": phase.tokens, "tokens_text": format_tokens(phase.tokens),
+        "name": phase.name, "devices": inp.devices, "seq_len": phase.seq_len, "tokens": phase.tokens, "tokens_text": format_tokens(phase.tokens),
         "global_batch": phase.global_batch, "plan": train.plan, "step_time_s": train.step_time_s,
         "tokens_per_s": train.tokens_per_s, "mfu": train.mfu, "steps": math.ceil(phase.tokens / (phase.seq_len * phase.global_batch)),
         "fault_free_time_s": useful_s, "wall_s": wall_s, "ettr": mk.ettr, "availability": mk.availability,
@@ -276,7 +279,7 @@ def _searched_phase(inp: JobInputs, phase: Phase) -> tuple[Phase, dict]:
     fa = rank_with_faults(doc, inp)
     note = {"refined": len(doc["plans"]), "best_fault_free": fa["best_fault_free"],
             "best_with_faults": fa["best_with_faults"], "best_plan_changes": fa["best_plan_changes"]}
-    return Phase(phase.name, phase.seq_len, phase.tokens, phase.global_batch, fa["best_with_faults"]), note
+    return Phase(phase.name, phase.seq_len, phase.tokens, phase.global_batch, fa["best_with_faults"], phase.devices), note
 
 
 def _with_horizon(sc, horizon_s: float):
@@ -291,7 +294,10 @@ def rehearse_job(inp: JobInputs, phases: list[Phase], *, keep_timeline: bool = T
     if not phases:
         raise WindtunnelError("A job needs at least one phase (field 'phase'): give --tokens with --seq-len and "
                               "--global-batch, or one --phase per phase.", field="phase")
-    rows = [rehearse_phase(inp, p, keep_timeline=keep_timeline) for p in phases]
+    from dataclasses import replace
+
+    rows = [rehearse_phase(replace(inp, devices=p.devices) if p.devices else inp, p, keep_timeline=keep_timeline)
+            for p in phases]
     wall = sum(r["wall_s"] for r in rows)
     useful = sum(r["fault_free_time_s"] for r in rows)
     device_hours = sum(r["device_hours"] for r in rows)
