@@ -350,18 +350,20 @@ def rehearse_job(inp: JobInputs, phases: list[Phase], *, keep_timeline: bool = T
 
 def job_timeline(doc: dict) -> list[dict]:
     """The run's progress vs wall time (one sampled run per phase, phases back to back): rows of
-    t_s, phase, state, useful_throughput (fraction of fault-free speed), tokens (trained so far)."""
+    t_s, phase, state (the bin's dominant state), worst_state (the worst seen in it), useful_throughput (fraction
+    of fault-free speed), tokens (trained so far)."""
     out, t0, base = [], 0.0, 0.0
     for r in doc["phases"]:
         tl = r.get("_timeline")
         if tl is None:
             continue
         bin_s, done = tl["bin_s"], 0.0
-        for t, s, u in zip(tl["t_s"], tl["state"], tl["useful_throughput"], strict=True):
+        for t, s, w, u in zip(tl["t_s"], tl["state"], tl["worst_state"], tl["useful_throughput"], strict=True):
             if t >= r["wall_s"]:
                 break
             done = min(r["tokens"], done + u * min(bin_s, r["wall_s"] - t) * r["tokens_per_s"])
-            out.append({"t_s": t0 + t, "phase": r["name"], "state": s, "useful_throughput": u, "tokens": base + done})
+            out.append({"t_s": t0 + t, "phase": r["name"], "state": s, "worst_state": w, "useful_throughput": u,
+                        "tokens": base + done})
         t0 += r["wall_s"]
         base += r["tokens"]
     return out

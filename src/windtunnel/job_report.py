@@ -11,11 +11,12 @@ _STATE_COLOUR = {"detection": "#e6a23c", "waiting_for_repair": "#c0392b", "resta
 
 
 def timeline_csv(rows: list[dict]) -> str:
-    """Progress of the sampled run: t_s, phase, state, useful_throughput (fraction of fault-free), tokens."""
+    """Progress of the sampled run: t_s, phase, state, worst_state, useful_throughput (fraction of fault-free), tokens."""
     buf = io.StringIO()
-    buf.write("t_s,phase,state,useful_throughput,tokens\n")
+    buf.write("t_s,phase,state,worst_state,useful_throughput,tokens\n")
     for r in rows:
-        buf.write(f"{r['t_s']:.6g},{r['phase']},{r['state']},{r['useful_throughput']:.6g},{r['tokens']:.6g}\n")
+        buf.write(f"{r['t_s']:.6g},{r['phase']},{r['state']},{r['worst_state']},{r['useful_throughput']:.6g},"
+                  f"{r['tokens']:.6g}\n")
     return buf.getvalue()
 
 
@@ -36,8 +37,8 @@ def progress_svg(rows: list[dict], doc: dict, width: int = 900, height: int = 30
         done += p["tokens"]
         ideal.append(xy(t, done))
     ticks = "".join(f'<line x1="{xy(r["t_s"], 0).split(",")[0]}" y1="{height - pad}" x2="{xy(r["t_s"], 0).split(",")[0]}" '
-                    f'y2="{height - pad + 8}" stroke="{_STATE_COLOUR[r["state"]]}"/>'
-                    for r in rows if r["state"] in _STATE_COLOUR)
+                    f'y2="{height - pad + 8}" stroke="{_STATE_COLOUR[r["worst_state"]]}"/>'
+                    for r in rows if r["worst_state"] in _STATE_COLOUR)
     title = html.escape(f"{doc['model']} on {doc['devices']} x {doc['hardware']}: tokens trained vs wall time "
                         f"({doc['faults']}, {doc['policy']})")
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
