@@ -48,3 +48,15 @@ def test_cli_and_errors():
     assert isinstance(bad.exception, WindtunnelError)
     with pytest.raises(WindtunnelError):
         serve_availability("llama3-70b", "h100-sxm", "dep.yaml", "poisson:rate=1", target=0.9)
+
+
+def test_disaggregated_pools_and_options():
+    from windtunnel.serve_avail import _options, _pools
+
+    dep = "prefill:tp=8,replicas=2;decode:tp=8,replicas=2;router=round_robin"
+    assert _pools(dep) == [("prefill:tp=8,replicas=2", 2), ("decode:tp=8,replicas=2", 2)]
+    assert _options(dep) == ["router=round_robin"]
+    out = serve_availability("llama3-70b", "h100-sxm", dep, "poisson:rate=10,input=1000,output=200,requests=200")
+    assert len(out["pools"]) == 2 and out["states"][0]["instances_lost"] == [0, 0]
+    lost_all_decode = next(s for s in out["states"] if s["instances_lost"] == [0, 2])
+    assert lost_all_decode["slo_attainment"] == 0.0 and not lost_all_decode["meets_target"]

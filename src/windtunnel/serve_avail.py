@@ -30,10 +30,17 @@ def _pools(deployment: str) -> list[tuple[str, int]]:
                               field="deployment")
     out = []
     for pool in (p.strip() for p in deployment.split(";") if p.strip()):
+        if ":" not in pool.split("=", 1)[0]:
+            continue  # a deployment-wide option (router=...), not a pool
         _, _, body = pool.partition(":")
         m = _REPLICAS.search(body)
         out.append((pool, int(m.group(1)) if m else 1))
     return out
+
+
+def _options(deployment: str) -> list[str]:
+    """The deployment-wide items of a deployment string (``router=...``), kept as given."""
+    return [p.strip() for p in deployment.split(";") if p.strip() and ":" not in p.split("=", 1)[0]]
 
 
 def _with_replicas(pool: str, replicas: int) -> str:
@@ -78,7 +85,8 @@ def serve_availability(model: str, hardware: str, deployment: str, traffic: str,
         elif not any(lost):
             attainment, goodput = full.slo_attainment, full.goodput_requests_per_s
         else:
-            dep = ";".join(_with_replicas(p["pool"], p["replicas"] - k) for p, k in zip(per_pool, lost, strict=True))
+            dep = ";".join([_with_replicas(p["pool"], p["replicas"] - k) for p, k in zip(per_pool, lost, strict=True)]
+                           + _options(deployment))
             res = simulate_serving(model, hardware, dep, traffic, slo=slo, seed=seed)
             attainment, goodput = res.slo_attainment, res.goodput_requests_per_s
         meets = attainment >= target
