@@ -126,23 +126,25 @@ def play_compiled(builder: Any, chunks: dict, micro_batches: int) -> StepPlay:
             return done if done > sent else sent
         return done
 
+    def send(rank: int, end: float) -> float:
+        """A point-to-point send on the rank's send stream after ``end``; returns when it arrives."""
+        start = pp_tail[rank] if pp_tail[rank] > end else end
+        pp_tail[rank] = start + p2p
+        ranks[rank].pp_starts.append(start)
+        ranks[rank].pp_ends.append(start + p2p)
+        return start + p2p
+
     def after_forward(rank: int, mb: int, ch: int, end: float) -> None:
         key = (rank, ch)
         w = where[key]
         forward_end[w][mb] = end
         if w[1] < length[key] - 1:
-            start = pp_tail[rank] if pp_tail[rank] > end else end
-            pp_tail[rank] = send_f[w][mb] = start + p2p
-            ranks[rank].pp_starts.append(start)
-            ranks[rank].pp_ends.append(start + p2p)
+            send_f[w][mb] = send(rank, end)
 
     def after_backward(rank: int, mb: int, ch: int, end: float) -> None:
         w = where[(rank, ch)]
         if w[1] > 0:
-            start = pp_tail[rank] if pp_tail[rank] > end else end
-            pp_tail[rank] = send_b[w][mb] = start + p2p
-            ranks[rank].pp_starts.append(start)
-            ranks[rank].pp_ends.append(start + p2p)
+            send_b[w][mb] = send(rank, end)
 
     def dp_sync(rank: int, key: tuple[int, int], ends: list[float]) -> None:
         if plan.zero >= 2:
