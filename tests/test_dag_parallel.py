@@ -128,3 +128,18 @@ def test_train_simulate_cli_with_batch_shape(cli):
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["feasible"] and doc["global_batch"] == 64 and doc["seq_len"] == 1
+
+
+def test_forward_only_serving_of_a_dag(cli):
+    from windtunnel.graph.dag_infer import simulate_dag_inference
+
+    one = simulate_dag_inference("onnx:resnet50", "a100-80g", 8, batch=64)
+    assert one["latency_s"] > 0 and one["samples_per_s"] == pytest.approx(8 * 64 / one["latency_s"])
+    piped = simulate_dag_inference("onnx:resnet50", "a100-80g", 8, batch=64, plan="pp=2")
+    # Two stages: a longer path per batch, but a new batch every (slowest) stage time.
+    assert piped["latency_s"] > max(piped["stage_times_s"]) and len(piped["stage_times_s"]) == 2
+    proc = cli("graph", "infer", "onnx:resnet50", "--hardware", "a100-80g", "--devices", "8", "--batch", "64", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["latency_s"] == pytest.approx(one["latency_s"])
+    with pytest.raises(WindtunnelError, match="not an ONNX model"):
+        simulate_dag_inference("llama3-8b", "a100-80g", 8, batch=1)

@@ -1,4 +1,4 @@
-"""`windtunnel graph show`: an imported model's operators, FLOPs, bytes and parameters (JSON contract below).
+"""`windtunnel graph show` and `graph infer` (forward-only serving): an imported model's operators, FLOPs, bytes and parameters (JSON contract below).
 
 ``graph show MODEL [--batch-shape NAME=VALUE,...] --json`` prints ``operators`` (count of costed
 operators), ``forward_flops`` (one sample of the bound shapes, FLOPs), ``parameters``,
@@ -56,6 +56,32 @@ def graph_show(
     console.print(table)
     for item in summary["unsupported"]:
         console.print(f"unsupported: {item}", markup=False)
+
+
+@graph_app.command("infer")
+def graph_infer(
+    model: str = typer.Argument(..., help="An ONNX file (X.onnx) or a shipped example (onnx:NAME)."),
+    hardware: str = typer.Option(..., help="Chip id (its default cluster), cluster id, or cluster YAML."),
+    devices: int = typer.Option(..., help="Devices serving the model (replicas of tp*pp devices)."),
+    batch: int = typer.Option(1, help="Samples per batch on each replica."),
+    batch_shape: str = typer.Option("", help=BATCH_SHAPE_HELP),
+    plan: str = typer.Option("", help="tp and pp of each replica, e.g. tp=2,pp=1."),
+    framework: str = typer.Option("megatron", help="Stack whose kernels run the graph (fused elementwise or not)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Forward-only serving of MODEL: latency of one batch and samples/s (graph/dag_infer.py)."""
+    from windtunnel.graph.dag_infer import simulate_dag_inference
+
+    result = simulate_dag_inference(model, hardware, devices, batch=batch, batch_shape=batch_shape or None, plan=plan,
+                                    framework=framework)
+    if as_json:
+        sys.stdout.write(json.dumps(result, indent=2, sort_keys=True) + "\n")
+        return
+    console = Console()
+    console.print(f"{result['model']} on {devices} x {result['chip']} ({result['plan']}), batch {batch}: latency "
+                  f"{result['latency_s'] * 1e3:.2f} ms, {result['samples_per_s']:,.0f} samples/s "
+                  f"({result['samples_per_s_per_device']:,.1f} per device), weights "
+                  f"{result['weight_bytes_per_device'] / 2**30:.2f} GiB per device", markup=False)
 
 
 def register(app: typer.Typer) -> None:
