@@ -1,6 +1,7 @@
 """avail target: the answer follows every input (faults, policy, checkpoint interval, detection, spares), and the
 chosen point, re-simulated, meets the target within the simulation's confidence interval."""
 
+import functools
 import json
 
 import pytest
@@ -70,3 +71,21 @@ def test_cli_json_deterministic():
     assert a.output == b.output
     doc = json.loads(a.output)
     assert {"rows", "chosen", "baseline", "policies"} <= set(doc)
+
+
+@pytest.mark.parametrize("extra", [["--rate-scale", "2"], ["--repair", "3d"], ["--spares", "0"], ["--restart", "5min"],
+                                   ["--checkpoint-cost", "5min"], ["--checkpoint-every", "2h"], ["--step-time", "40s"],
+                                   ["--faults", "catalog:meta-rsc2"], ["--policy", "elastic-shrink"]])
+def test_every_input_moves_the_answer(extra):
+    assert _target_cli() != _target_cli(*extra)
+
+
+CLI_BASE = ("avail", "target", "--availability", "0.99", "--ettr", "0.9", "--devices", "512", "--devices-per-node", "8",
+            "--faults", "catalog:meta-rsc1", "--policy", "restart-from-checkpoint", "--horizon", "3d",
+            "--replications", "3", "--json")
+
+
+@functools.cache
+def _target_cli(*extra: str) -> dict:
+    out = json.loads(CliRunner().invoke(app, [*CLI_BASE, *extra]).output)
+    return {k: json.dumps(out[k], sort_keys=True) for k in ("rows", "baseline", "policies")}
