@@ -214,6 +214,13 @@ def train_search(
     if dag is not None:  # an ONNX operator DAG: its own small space, every plan simulated (graph/dag_search.py)
         from windtunnel.graph.dag_search import search_dag
 
+        unused = [name for name, value in (("--pin", pin), ("--baseline", baseline), ("--what-if", what_if),
+                                           ("--profile", profile), ("--faults", faults)) if value]
+        if unused:
+            raise WindtunnelError(f"Option {unused[0]} applies to transformer searches; a DAG search takes --devices, "
+                                  "--global-batch, --batch-shape, --precision, --framework, --top and --json.",
+                                  field=unused[0].lstrip("-"))
+
         document = search_dag(spec, dag, load_hardware(hardware, devices), global_batch, precision=precision,
                               framework=framework, top=top)
         _emit_json(document) if as_json else search_table(document, console)
