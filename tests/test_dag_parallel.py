@@ -143,3 +143,17 @@ def test_forward_only_serving_of_a_dag(cli):
     assert json.loads(proc.stdout)["latency_s"] == pytest.approx(one["latency_s"])
     with pytest.raises(WindtunnelError, match="not an ONNX model"):
         simulate_dag_inference("llama3-8b", "a100-80g", 8, batch=1)
+
+
+def test_side_yaml_annotations_override_the_rules(tmp_path):
+    path = _mlp(tmp_path)
+    (tmp_path / "mlp.parallel.yaml").write_text("tensor_parallel: {fc1_1: replicate, fc2_3: replicate}\n")
+    graph = GraphModel(path, {"tokens": TOKENS})
+    assert graph.annotations == {"fc1_1": "replicate", "fc2_3": "replicate"}
+    replicated, _, params, _ = build_forward(graph.imported(1), 2, graph.annotations)
+    assert not [op for op in replicated.ops if op.is_comm]
+    assert sum(params) == pytest.approx(HIDDEN * FFN * 2)
+    with pytest.raises(WindtunnelError, match="fc9"):
+        build_forward(graph.imported(1), 2, {"fc9": "row"})
+    with pytest.raises(WindtunnelError, match="diagonal"):
+        build_forward(graph.imported(1), 2, {"fc1_1": "diagonal"})
