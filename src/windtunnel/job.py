@@ -328,8 +328,10 @@ def rehearse_job(inp: JobInputs, phases: list[Phase], *, keep_timeline: bool = T
                            "given, so energy_kwh is null")
     if inp.price_per_device_hour is None:
         assumptions.append("cost: no --price given, so cost is null (no price is invented)")
-    assumptions.append("phases run back to back on the same devices; switching phases costs nothing beyond a "
-                       "checkpoint; the fault rates are stationary over the run")
+    assumptions.append("phases run back to back (on the job's devices unless a phase gives devices=); switching "
+                       "phases costs nothing beyond a checkpoint; the fault rates are stationary over the run")
+    assumptions.append("device-hours = the job's devices x wall time (down time included, as model cards count); "
+                       "spare nodes held by the policy are not counted")
     for r in rows:
         for a in r.pop("scenario_assumptions"):
             if a not in assumptions:

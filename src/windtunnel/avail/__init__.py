@@ -3,8 +3,10 @@
 Two engines over one set of mechanics (``scenario.Mechanics``): an exact continuous-time Markov chain
 (``markov.solve_markov``) and a discrete-time-step Monte Carlo vectorised over replications
 (``sim.simulate``; ``stepref`` is the literal step loop it is checked against). Fault profiles with
-sources live in ``catalog/faults``. This package never imports another pillar: it takes a step time as
-a number; ``windtunnel.api.failure_aware_goodput`` combines it with Sim2Train.
+sources live in ``catalog/faults``. ``target`` answers what reaches an availability target from a
+scenario; ``failslow`` models evicting slow components as a policy choice. This package never imports
+another pillar: it takes a step time as a number; ``windtunnel.api.failure_aware_goodput``,
+``windtunnel.job`` (``train job``) and ``windtunnel.serve_avail`` combine it with Sim2Train and Sim2Infer.
 """
 
 from __future__ import annotations
