@@ -17,6 +17,8 @@ served already); it stops one (the least loaded: it drains, then parks) when, wi
 replica fewer, the utilisation would stay under 0.6, the queue wait under 25% of the TTFT objective, the TPOT
 under 70% of its objective and KV occupancy under 75%, on two looks in a row. A started replica holds its devices from the decision on and
 serves after the start-up cost (default 60 s: weights from host or remote storage, graphs, KV-cache allocation).
+With every replica of a pool serving (``batch_limits``), it also caps the running batch at the largest one whose
+decode step keeps 90% of the TPOT objective, and lifts the cap while replicas are parked.
 
 Devices are counted while a replica is starting or active. The static reference runs every replica count from 1
 to the deployment's (each pool scaled in proportion); the best static one is the fewest devices whose SLO
@@ -43,7 +45,8 @@ from windtunnel.specs.model import ModelSpec, load_model
 class Autoscaler:
     """The controller the simulator calls every ``interval`` seconds (see the module docstring)."""
 
-    def __init__(self, slo: SLO, *, interval_s: float, startup_s: float, start: dict[str, int]) -> None:
+    def __init__(self, slo: SLO, *, interval_s: float, startup_s: float, start: dict[str, int],
+                 batch_limits: bool = True) -> None:
         self.slo = slo
         self.interval = interval_s
         self.startup = startup_s
@@ -56,6 +59,8 @@ class Autoscaler:
         self.device_seconds = 0.0
         self.events: list[dict] = []
         self.peak = 0
+        self.batch_limits = batch_limits
+        self.batch_limit: dict[str, int] = {}  # role -> the running-batch cap now in force
 
     # ---- set-up ---------------------------------------------------------------------------------
     def install(self, sim: Simulator) -> None:
@@ -137,8 +142,36 @@ class Autoscaler:
                 if self.calm[role] >= 3:
                     self._scale_in(sim, now, min(active, key=lambda i: i.batch + len(i.waiting)))
                     self.calm[role] = 0
+            if self.batch_limits and role in ("mixed", "decode") and active:
+                self._limit_batch(now, active, parked, mean_prompt, sim)
         if sim.done < len(sim.prompt):
             sim.push(now + self.interval, EV_CONTROL, 0, 0)
+
+    def _limit_batch(self, now: float, active: list[Instance], parked: list[Instance], mean_prompt: float,
+                     sim: Simulator) -> None:
+        """With every replica of the pool serving, cap the running batch at the largest one whose decode step
+        keeps 90% of the TPOT objective (more sequences wait instead of slowing every stream); lift the cap
+        while replicas are parked."""
+        ref = active[0]
+        limit = ref.plan.max_batch
+        tpot_slo = self.slo.tpot_s
+        if not parked and tpot_slo:
+            mean_output = sim.output_sum / sim.done if sim.done else 256.0
+            context = mean_prompt + mean_output / 2.0
+            low, high = 1, ref.plan.max_batch
+            while low < high:
+                mid = (low + high + 1) // 2
+                if self._tpot(ref, mid, context) <= 0.9 * tpot_slo:
+                    low = mid
+                else:
+                    high = mid - 1
+            limit = max(1, low)
+        if limit != self.batch_limit.get(ref.role, ref.plan.max_batch):
+            self.batch_limit[ref.role] = limit
+            self.events.append({"instance": -1, "role": ref.role, "action": "batch_limit", "decided_s": now,
+                                "max_batch": limit})
+        for inst in active + parked:
+            inst.max_batch = limit
 
     @staticmethod
     def _hot(util: float, wait: float, tpot: float, kv: float) -> bool:
@@ -214,7 +247,8 @@ def _row(result, used: float, end: float, devices: int, label: str) -> dict:
 
 def compare_autoscale(model: str | ModelSpec, hardware: str, deployment: str, traffic: str | Workload, *,
                       slo: str | SLO | None = "ttft=2s,tpot=100ms", seed: int = 0, startup: str | float = "60s",
-                      interval: str | float = "15s", start_fraction: float = 0.5, target: float = 0.99) -> dict:
+                      interval: str | float = "15s", start_fraction: float = 0.5, target: float = 0.99,
+                      batch_limits: bool = True) -> dict:
     """The autoscaler on ``deployment`` (its replica counts are the maximum; it starts with ``start_fraction``
     of them) against every static replica count from one to the deployment's, on ``traffic``."""
     started = time.perf_counter()
@@ -233,7 +267,8 @@ def compare_autoscale(model: str | ModelSpec, hardware: str, deployment: str, tr
     best = min(meeting, key=lambda r: r["devices"]) if meeting else max(static, key=lambda r: r["slo_attainment"])
     controller = Autoscaler(slo_spec, interval_s=parse_seconds(interval, "interval"),
                             startup_s=parse_seconds(startup, "startup"),
-                            start={g.role: max(1, round(g.replicas * start_fraction)) for g in dep.groups})
+                            start={g.role: max(1, round(g.replicas * start_fraction)) for g in dep.groups},
+                            batch_limits=batch_limits)
     if controller.interval <= 0:
         raise WindtunnelError("Field 'interval' must be a positive duration.", field="interval")
     auto = _row(*_run(spec, hardware, dep, workload, slo_spec, controller=controller), dep.text() + " (autoscaled)")
