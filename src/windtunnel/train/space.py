@@ -170,9 +170,15 @@ def prune(space: SearchSpace, c: dict[str, np.ndarray]) -> tuple[np.ndarray, dic
     reasons: dict[str, int] = {}
     model_parallel = c["tp"] * c["pp"] * c["cp"]
     dp = np.where(devices % model_parallel == 0, devices // np.maximum(model_parallel, 1), 0)
-    schedule = np.asarray(space.values["schedule"], dtype=object)[c["schedule"]]
-    levels = np.asarray(space.values["recompute"], dtype=object)[c["recompute"]]
-    order = np.asarray(space.values["order"], dtype=object)[c["order"]]
+    # Per-value facts looked up by index (fast on millions of candidates; the same tests per candidate).
+    schedules = space.values["schedule"]
+    interleaved = np.asarray([v == "interleaved" for v in schedules], dtype=bool)[c["schedule"]]
+    dualpipe = np.asarray([v == "dualpipe" for v in schedules], dtype=bool)[c["schedule"]]
+    one_f_one_b = np.asarray([v == "1f1b" for v in schedules], dtype=bool)[c["schedule"]]
+    default_order = np.asarray([v == "tp-cp-dp-pp" for v in space.values["order"]], dtype=bool)[c["order"]]
+    level_names = [str(v) for v in space.values["recompute"]]
+    first_full = np.asarray([v.startswith("full:") for v in level_names], dtype=bool)[c["recompute"]]
+    full_layers = np.asarray([int(v.split(":")[1]) if ":" in v else 0 for v in level_names], dtype=np.int64)[c["recompute"]]
     micro = np.where(dp > 0, space.global_batch // np.maximum(c["mbs"] * dp, 1), 0)
     rules = [
         ("devices not divisible by tp*pp*cp", devices % model_parallel != 0),
@@ -185,19 +191,16 @@ def prune(space: SearchSpace, c: dict[str, np.ndarray]) -> tuple[np.ndarray, dic
          (c["ep"] > dp * c["cp"]) & (c["tp"] > 1) & (c["sp"] == 0)),
         ("sequence not divisible for cp", (c["cp"] > 1) & (space.seq_len % (2 * c["cp"]) != 0)),
         ("global batch not divisible by mbs*dp", space.global_batch % np.maximum(c["mbs"] * dp, 1) != 0),
-        ("schedule does not match vpp", ((schedule == "interleaved") & (c["vpp"] == 1))
-         | ((schedule != "interleaved") & (c["vpp"] > 1))),
+        ("schedule does not match vpp", (interleaved & (c["vpp"] == 1)) | (~interleaved & (c["vpp"] > 1))),
         ("interleaving needs pp > 1 and micro-batches divisible by pp",
-         (schedule == "interleaved") & ((c["pp"] == 1) | (micro % np.maximum(c["pp"], 1) != 0))),
+         interleaved & ((c["pp"] == 1) | (micro % np.maximum(c["pp"], 1) != 0))),
         ("dualpipe needs an even pp and at least pp micro-batches",
-         (schedule == "dualpipe") & ((c["pp"] % 2 != 0) | (micro < c["pp"]))),
+         dualpipe & ((c["pp"] % 2 != 0) | (micro < c["pp"]))),
         ("equivalent to another candidate",
          ((c["sp"] == 1) & (c["tp"] == 1)) | ((c["tp_overlap"] == 1) & (c["sp"] == 0))
-         | ((order != "tp-cp-dp-pp") & ((c["pp"] == 1) | (dp == 1) | (c["tp"] * c["cp"] >= node)))
-         | ((c["pp"] == 1) & (schedule != "1f1b"))
-         | (np.char.startswith(levels.astype(str), "full:")
-            & (np.vectorize(lambda s: int(s.split(":")[1]) if ":" in s else 0, otypes=[np.int64])(levels)
-               >= np.ceil(model.layers / np.maximum(c["pp"] * c["vpp"], 1))))),
+         | (~default_order & ((c["pp"] == 1) | (dp == 1) | (c["tp"] * c["cp"] >= node)))
+         | ((c["pp"] == 1) & ~one_f_one_b)
+         | (first_full & (full_layers >= np.ceil(model.layers / np.maximum(c["pp"] * c["vpp"], 1))))),
     ]
     for reason, broken in rules:
         dropped = keep & broken
