@@ -87,7 +87,7 @@ def compute_op_time(op: Op, chip: Chip, eff: Efficiency, precision: str) -> floa
         return attention_time(op, chip, eff)
     if op.kind == "memory":
         return memory_op_time(op, chip, eff)
-    if op.kind in ("conv", "gather", "sparse"):
+    if op.kind in ("conv", "gather", "sparse", "bmm"):
         from windtunnel.cost.kinds import kind_op_time
 
         return kind_op_time(op, chip, eff, precision)

@@ -10,6 +10,10 @@ catalog's ``operator_kinds`` section of ``efficiency.yaml`` (per chip generation
   too few output tiles for the chip splits its reduction (split-K), as weight gradients do.
 * ``gather``: gathers, scatters, index and embedding lookups: random-access rows, memory bound at
   a share of the streaming bandwidth.
+* ``bmm``: many tiny independent matmuls (per-edge contractions of a graph network, ``op.count``
+  instances of (m, n, k) with m or n below a tile): batched kernels pack the instances into tiles, so
+  the compute is that of one (count x m, n, k) GEMM, and every instance's operands and output are
+  read and written (``op.bytes_moved``); the slower of the two.
 * ``sparse``: a sparse-dense matmul (graph message passing, SpMM): ``op.flops`` = 2 x nonzeros x
   feature width, ``op.bytes_moved`` the gathered rows plus the indices; bound by the slower of its
   FLOPs at the sparse efficiency and its bytes at the gather bandwidth.
@@ -27,7 +31,7 @@ from windtunnel.graph.ops import Op
 from windtunnel.specs.hardware import Chip
 from windtunnel.specs.yamlio import catalog_dir, read_yaml
 
-KINDS = ("conv", "gather", "sparse")
+KINDS = ("conv", "gather", "sparse", "bmm")
 # Smallest reduction length a split-K slice keeps (cuDNN/CUTLASS split-K and stream-K kernels).
 SPLIT_K_MIN = 256
 
@@ -75,6 +79,16 @@ def sparse_time(op: Op, chip: Chip, eff: Efficiency, precision: str) -> float:
     return max(compute, memory) + eff.kernel_overhead_s
 
 
+def bmm_time(op: Op, chip: Chip, eff: Efficiency, precision: str) -> float:
+    """Seconds for ``op.count`` tiny matmuls packed into tiles: packed compute or all their bytes, the slower."""
+    from windtunnel.cost.compute import gemm_time
+
+    m, n, k = op.shape
+    compute = gemm_time(m * op.count, n, k, precision, chip, eff) - eff.kernel_overhead_s
+    memory = op.bytes_moved / (chip.hbm_bandwidth * eff.memory_bandwidth)
+    return max(compute, memory) + eff.kernel_overhead_s
+
+
 def kind_op_time(op: Op, chip: Chip, eff: Efficiency, precision: str) -> float:
     """Seconds for one operator of a kind in :data:`KINDS`."""
     if op.kind == "conv":
@@ -86,4 +100,6 @@ def kind_op_time(op: Op, chip: Chip, eff: Efficiency, precision: str) -> float:
         return gather_time(op, chip, eff)
     if op.kind == "sparse":
         return sparse_time(op, chip, eff, precision)
+    if op.kind == "bmm":
+        return bmm_time(op, chip, eff, precision if precision in chip.peak_flops else "bf16")
     raise ValueError(f"not an operator kind of cost.kinds: {op.kind}")

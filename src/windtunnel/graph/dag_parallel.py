@@ -30,6 +30,7 @@ from windtunnel.graph.ops import Op, OpGraph
 from windtunnel.specs.errors import WindtunnelError
 
 RULES = ("column", "row", "replicate")
+TINY = 64  # an activation-activation matmul whose instances have m or n below this runs as a packed batch
 
 
 @dataclass
@@ -59,6 +60,8 @@ def _op(node: Node, tp: int, rule: str | None, split: bool) -> Op:
             if count == node.count:
                 m = max(1, m // tp)
         kind = node.kind
+        if kind == "gemm" and not node.weighted and count > 1 and min(m, n) < TINY:
+            kind = "bmm"  # per-instance matrices smaller than a tile: packed batched kernels (cost/kinds.py)
         # Op.flops is per instance (the engine multiplies by count), the node's are all instances'.
         return Op(node.name, kind, flops=flops / count, bytes_moved=moved, saved_bytes=saved, shape=(m, n, k), count=count,
                   precision=precision, backward_bytes=0.0 if node.reads_model_input and kind == "conv" else None)

@@ -6,6 +6,8 @@
   only the weight gradient (frameworks skip the image's gradient).
 * gather (gathers, index, embedding lookups): a scatter-add of the output gradient into the source
   rows: the forward's bytes twice (read the gradient, read-modify-write the destination rows).
+* bmm (many tiny matmuls): the gradients of both operands, each a batch of the same FLOPs and bytes
+  (2x the forward).
 * sparse (sparse-dense matmul, graph message passing): the transposed SpMM for the features'
   gradient, the forward's FLOPs and bytes once (a constant adjacency has no gradient).
 
@@ -19,11 +21,11 @@ from dataclasses import replace
 from windtunnel.graph.ops import Op, OpGraph
 
 # Backward FLOPs over forward FLOPs, per kind (stated for `windtunnel graph show` and the docs).
-BACKWARD_FLOPS_FACTOR = {"gemm": 2.0, "conv": 2.0, "attention": 2.5, "memory": 2.0, "gather": 0.0, "sparse": 1.0}
+BACKWARD_FLOPS_FACTOR = {"gemm": 2.0, "conv": 2.0, "bmm": 2.0, "attention": 2.5, "memory": 2.0, "gather": 0.0, "sparse": 1.0}
 
 
 def kind_backward(backward: OpGraph, op: Op, base: dict) -> int:
-    """Add the backward of ``op`` (a conv, gather or sparse operator) to ``backward``; returns the index
+    """Add the backward of ``op`` (a conv, bmm, gather or sparse operator) to ``backward``; returns the index
     the previous operator's backward waits for. ``base`` holds the fields every backward op shares
     (deps, phase, ...), as built by :func:`windtunnel.graph.ops.backward_of`."""
     if op.kind == "conv":
@@ -33,6 +35,11 @@ def kind_backward(backward: OpGraph, op: Op, base: dict) -> int:
             return backward.add(wgrad)
         index = backward.add(replace(op, name=op.name + ".dgrad", shape=(m, k, n), **base))
         backward.add(wgrad)
+        return index
+    if op.kind == "bmm":
+        m, n, k = op.shape
+        index = backward.add(replace(op, name=op.name + ".dgrad_a", shape=(m, k, n), **base))
+        backward.add(replace(op, name=op.name + ".dgrad_b", shape=(k, n, m), **base))
         return index
     if op.kind == "gather":
         return backward.add(replace(op, name=op.name + ".bwd", bytes_moved=2.0 * op.bytes_moved, flops=0.0, **base))

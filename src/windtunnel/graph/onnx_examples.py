@@ -205,12 +205,105 @@ def molecule_mpnn(features: int = 16, edge_features: int = 8, channels: int = 32
     return model
 
 
-def se3_transformer() -> onnx.ModelProto:
-    """The SE(3)-Transformer configuration of NVIDIA DeepLearningExamples on QM9 (7 attention layers, 32
-    channels, 4 degrees, 8 heads; 6 node features: 5 atom types + charge; 4 bond types as edge features)
-    in the simplified form of :func:`molecule_mpnn` (no MPNN blocks)."""
-    model = molecule_mpnn(features=6, edge_features=4, message_layers=0, attention_layers=7)
-    model.graph.name = "se3-transformer"
+def se3_transformer(layers: int = 7, channels: int = 32, degrees: int = 4, node_features: int = 6,
+                    edge_features: int = 4, div: int = 2) -> onnx.ModelProto:
+    """The SE(3)-Transformer of NVIDIA DeepLearningExamples on QM9 at operator granularity: per layer a
+    fused radial network for every (input degree, output degree) pair, a TFN convolution per pair (the
+    basis contraction, then the radial weights), keys and values from one convolution (values
+    ``channels``, keys ``channels / div``), queries per degree, attention by per-degree dot products and
+    an edge softmax (scatter-sum, gather, divide), values aggregated by scatter-add, a skip connection
+    per degree and the norm nonlinearity (norms, layer norm, ReLU, rescale); then max pooling and an MLP.
+    The bases (spherical harmonics times Clebsch-Gordan coefficients, one input per degree pair) are
+    inputs, as with ``--precompute_bases``. Dims ``nodes`` and ``edges`` per molecule."""
+    b = _Builder()
+    f = TensorProto.FLOAT
+    pairs = [(di, do) for do in range(degrees) for di in range(degrees)]
+    freq = {(di, do): 2 * min(di, do) + 1 for di, do in pairs}
+    keys = channels // div
+    out_channels = channels + keys  # values and keys from one partial TFN convolution
+    inputs = [helper.make_tensor_value_info("edge_features", f, ["edges", edge_features + 1]),
+              helper.make_tensor_value_info("edge_src", TensorProto.INT64, ["edges"]),
+              helper.make_tensor_value_info("edge_dst", TensorProto.INT64, ["edges"]),
+              helper.make_tensor_value_info("edge_dst_index", TensorProto.INT64, ["edges", 1]),
+              helper.make_tensor_value_info("node_features", f, ["nodes", node_features])]
+    for di, do in pairs:
+        inputs.append(helper.make_tensor_value_info(f"basis_{di}_{do}", f, ["edges", 2 * di + 1,
+                                                                           freq[(di, do)] * (2 * do + 1)]))
+
+    def linear(x: str, cin: int, cout: int) -> str:
+        return b.op("MatMul", [x, b.weight(b.name("w"), [cin, cout])], "matmul")
+
+    def shape(values: list[int]) -> str:
+        return b.const(b.name("shape"), values)
+
+    # Degree-0 input features; higher degrees start at zero (a 0-weight lift keeps them in the graph).
+    h = {0: b.op("Reshape", [linear("node_features", node_features, channels), shape([0, channels, 1])], "reshape")}
+    for d in range(1, degrees):
+        h[d] = b.op("Expand", [b.op("Mul", [h[0], b.weight(b.name("zero"), [1])], "lift"),
+                               shape([1, channels, 2 * d + 1])], "expand")
+    for _ in range(layers):
+        width = sum(freq[p] for p in pairs) * channels * out_channels
+        r = b.op("Relu", [b.op("LayerNormalization", [linear("edge_features", edge_features + 1, channels),
+                                                      b.weight(b.name("s"), [channels]), b.weight(b.name("b"), [channels])],
+                               "ln", axis=-1)], "relu")
+        r = b.op("Relu", [b.op("LayerNormalization", [linear(r, channels, channels), b.weight(b.name("s"), [channels]),
+                                                      b.weight(b.name("b"), [channels])], "ln", axis=-1)], "relu")
+        radial = linear(r, channels, width)
+        split = [b.name("radial") for _ in pairs]
+        b.nodes.append(helper.make_node("Split", [radial, b.const(b.name("sizes"), [freq[p] * channels * out_channels
+                                                                                   for p in pairs])],
+                                        split, name=b.name("split_radial"), axis=1))
+        gathered = {d: b.op("Gather", [h[d], "edge_src"], "gather_src", axis=0) for d in range(degrees)}
+        conv = {}
+        for (di, do), weights in zip(pairs, split, strict=True):
+            k = freq[(di, do)] * channels
+            t = b.op("Einsum", [gathered[di], f"basis_{di}_{do}"], "tfn_basis", equation="eci,eif->ecf")
+            t = b.op("Reshape", [t, shape([0, k, 2 * do + 1])], "reshape")
+            w = b.op("Reshape", [weights, shape([0, out_channels, k])], "reshape")
+            y = b.op("Einsum", [w, t], "tfn_radial", equation="eok,ekm->eom")
+            conv[do] = y if do not in conv else b.op("Add", [conv[do], y], "tfn_sum")
+        logits = None
+        values = {}
+        for d in range(degrees):
+            v, kk = b.name("values"), b.name("keys")
+            b.nodes.append(helper.make_node("Split", [conv[d], b.const(b.name("kv"), [channels, keys])], [v, kk],
+                                            name=b.name("split_kv"), axis=1))
+            values[d] = v
+            q = b.op("Einsum", [h[d], b.weight(b.name("wq"), [channels, keys])], "query", equation="nci,ck->nki")
+            qd = b.op("Gather", [q, "edge_dst"], "gather_dst", axis=0)
+            dot = b.op("ReduceSum", [b.op("Mul", [qd, kk], "qk"), b.const(b.name("axes"), [1, 2])], "dot", keepdims=0)
+            logits = dot if logits is None else b.op("Add", [logits, dot], "logit_sum")
+        e = b.op("Unsqueeze", [b.op("Exp", [logits], "edge_exp"), b.const(b.name("ax"), [1])], "unsqueeze")
+        zeros = b.op("Mul", [b.op("ReduceSum", [h[0], b.const(b.name("ax"), [1])], "pool_like", keepdims=0),
+                             b.weight(b.name("zero"), [1])], "zeros")
+        total = b.op("ScatterND", [zeros, "edge_dst_index", e], "softmax_sum", reduction="add")
+        alpha = b.op("Div", [e, b.op("Gather", [total, "edge_dst"], "gather_sum", axis=0)], "edge_softmax")
+        alpha3 = b.op("Unsqueeze", [alpha, b.const(b.name("ax"), [2])], "unsqueeze")
+        norms = []
+        for d in range(degrees):
+            attended = b.op("ScatterND", [h[d], "edge_dst_index", b.op("Mul", [values[d], alpha3], "attend")],
+                            "aggregate", reduction="add")
+            skip = b.op("Einsum", [h[d], b.weight(b.name("wskip"), [channels, channels])], "skip",
+                        equation="nci,cd->ndi")
+            h[d] = b.op("Add", [attended, skip], "residual")
+            norms.append(b.op("ReduceL2", [h[d], b.const(b.name("ax"), [2])], "norm", keepdims=1))
+        cat = b.op("Concat", norms, "norms", axis=1)
+        scale = b.op("Relu", [b.op("LayerNormalization", [b.op("Reshape", [cat, shape([0, degrees * channels])],
+                                                                  "reshape"),
+                                                          b.weight(b.name("s"), [degrees * channels]),
+                                                          b.weight(b.name("b"), [degrees * channels])], "ln", axis=-1)],
+                      "relu")
+        scale = b.op("Reshape", [scale, shape([0, degrees * channels, 1])], "reshape")
+        pieces = [b.name("scale") for _ in range(degrees)]
+        b.nodes.append(helper.make_node("Split", [scale, b.const(b.name("per_degree"), [channels] * degrees)], pieces,
+                                        name=b.name("split_scale"), axis=1))
+        for d in range(degrees):
+            h[d] = b.op("Mul", [b.op("Div", [h[d], norms[d]], "unit"), pieces[d]], "rescale")
+    pooled = b.op("ReduceMax", [b.op("Reshape", [h[0], shape([0, channels])], "reshape"),
+                                b.const("node_axis", [0])], "max_pool", keepdims=1)
+    energy = linear(b.op("Relu", [linear(pooled, channels, channels)], "relu"), channels, 1)
+    model = b.model("se3-transformer", inputs, [helper.make_tensor_value_info(energy, f, [1, 1])])
+    model.opset_import[0].version = 18
     return model
 
 

@@ -40,10 +40,11 @@ CATEGORIES: dict[str, tuple[str, ...]] = {
     "reduce": ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
                "ReduceSumSquare", "ReduceLogSumExp", "GlobalAveragePool", "GlobalMaxPool", "AveragePool",
                "MaxPool", "LpPool", "ArgMax", "ArgMin", "CumSum", "TopK"),
-    "move": ("Transpose", "Concat", "Split", "Slice", "Pad", "Tile", "Expand", "Resize", "Upsample",
-             "DepthToSpace", "SpaceToDepth", "Trilu"),
+    "move": ("Transpose", "Concat", "Pad", "Tile", "Expand", "Resize", "Upsample", "DepthToSpace", "SpaceToDepth",
+             "Trilu"),
+    # Views: no device work (frameworks run split/slice/reshape as views of the same storage).
     "view": ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Shape", "Size", "Constant", "ConstantOfShape",
-             "Identity", "Range", "EyeLike"),
+             "Identity", "Range", "EyeLike", "Split", "Slice"),
     "gather": ("Gather", "GatherElements", "GatherND", "ScatterElements", "ScatterND", "Scatter", "OneHot"),
     "loss": ("SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss"),
 }
@@ -56,7 +57,7 @@ _KEEPS_NOTHING = {"Add", "Sub", "Cast", "Where", "Identity", "Neg", "Equal", "Le
 # Operators whose result needs the whole feature dimension (tensor parallelism gathers a split input).
 NEEDS_FULL = {"LayerNormalization", "GroupNormalization", "RMSNormalization", "LpNormalization",
               "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
-              "ReduceSumSquare", "ReduceLogSumExp", "ArgMax", "ArgMin", "TopK", "CumSum", "Concat", "Split",
+              "ReduceSumSquare", "ReduceLogSumExp", "ArgMax", "ArgMin", "TopK", "CumSum", "Concat",
               "SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss", "Gather", "GatherElements", "GatherND",
               "ScatterElements", "ScatterND", "Scatter", "OneHot"}
 

@@ -147,7 +147,7 @@ def backward_of(forward: OpGraph, *, comm_swap: dict[str, str] | None = None) ->
         elif op.kind == "attention":
             new_index[index] = backward.add(replace(op, name=op.name + ".bwd", flops=op.flops * 2.5,
                                                     bytes_moved=op.bytes_moved * 2.0, **base))
-        elif op.kind in ("conv", "gather", "sparse"):
+        elif op.kind in ("conv", "gather", "sparse", "bmm"):
             from windtunnel.graph.kinds import kind_backward
 
             new_index[index] = kind_backward(backward, op, base)
