@@ -46,7 +46,8 @@ DEFAULT_REASONS = {
                 "5 min, reliability.csv A05: mean wait 2.5 min); 10 s for hot-spare and elastic (in-band "
                 "heartbeat), an assumption",
     "restart_s": "restart: 600 s for a restart from a persistent checkpoint (Daly's R = 10 min, A16), 300 s "
-                 "without a storage reload, 30 s for a process-level in-place restart, 60 s to re-form "
+                 "without a storage reload, 30 s for a process-level in-place restart (the figure Huawei gives for "
+                 "its process-level recovery, reliability.csv A20), 60 s to re-form "
                  "communicators after an elastic shrink (assumptions)",
     "repair_s": "repair: a node taken out returns after 24 h on average, exponentially distributed (assumption)",
     "spares": "spares: 2% of the job's nodes when not given (assumption)",
