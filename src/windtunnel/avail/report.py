@@ -52,6 +52,12 @@ def _reference_rows() -> dict[str, dict]:
         return {row["id"]: row for row in csv.DictReader(fh)}
 
 
+FLIP_CAVEAT = ("These two plans are hand-picked to show the mechanism (the lead is 0.7% and a 48 h repair is "
+               "assumed); under restart-from-checkpoint their order holds. In a real search the best plan rarely "
+               "changes: validation/FAILURE_SEARCH.md (`train search --faults`) finds no change in 10 untuned "
+               "searches, because the fastest plans also have the smallest replicas.")
+
+
 def build_report(goodput_fn: Callable | None = None, *, quick: bool = False, include_speed: bool = True) -> str:
     """Compute every check and return the Markdown report."""
     reps = 200 if quick else 1000
@@ -276,7 +282,8 @@ def build_report(goodput_fn: Callable | None = None, *, quick: bool = False, inc
           "repaired (48 h assumed, RSC-1's 6.5 failures per 1000 node-days). A failed node removes its whole "
           "replica: 16 devices for the faster plan (tp 4 x pp 4), 8 for the other, so the faster plan loses "
           "twice the capacity per failure and its 0.6% fault-free lead becomes a deficit. Step times and tokens/s "
-          "come from Sim2Train; checkpoints (70B x 14 bytes at 2 TB/s, A04) are written at Daly's interval.")
+          "come from Sim2Train; checkpoints (70B x 14 bytes at 2 TB/s, A04) are written at Daly's interval. "
+          + FLIP_CAVEAT)
         w("")
         summary.append(("Failure-aware goodput: an example where the best plan changes", "a flip", "yes" if flipped
                         else "no", _status(flipped)))
