@@ -160,7 +160,7 @@ def print_failure_ranking(document: dict, out: Console) -> None:
     fa = document["failure_aware"]
     table = Table(title=f"ranked by goodput after faults ({fa['faults']}, {fa['policy']})")
     for col in ("rank with faults", "rank fault-free", "plan", "tokens/s", "ETTR", "goodput tokens/s"):
-        table.add_column(col, justify="right")
+        table.add_column(col, justify="left" if col == "plan" else "right", overflow="fold")
     for r in fa["ranking"]:
         table.add_row(str(r["rank_with_faults"]), str(r["rank_fault_free"]), r["plan"], f"{r['tokens_per_s']:.4g}",
                       f"{r['ettr']:.4f}", f"{r['goodput_tokens_per_s']:.4g}")
