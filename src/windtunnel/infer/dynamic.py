@@ -17,8 +17,10 @@ instance of the donor pool stops receiving requests, finishes what it holds, is 
 stated switching cost (default 30 s: restarting the engine for the other role's batch limits and
 graphs, re-partitioning its KV cache; weights stay loaded), then joins the other pool.
 
-Both pools must use one instance shape (parallel plan and chip), so a switch keeps the device count.
-The static reference is the best prefill:decode split of the same instances for the whole traffic.
+With one instance shape in both pools a switch keeps the device count. With different shapes (parallel plan
+or chip) the pools share the starting deployment's devices and a switch drains as many donor instances as
+it takes to free one instance of the other role (windtunnel.infer.reshape). The static reference is the
+best prefill:decode split of the same devices for the whole traffic.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import time
 
 from windtunnel.infer.deployment import Deployment, InstanceSpec, parse_deployment, resolve_deployment
 from windtunnel.infer.metrics import SLO, parse_slo, summarise
+from windtunnel.infer.reshape import ShapeSwitcher
 from windtunnel.infer.sim import EV_CONTROL, Instance, Simulator
 from windtunnel.infer.traffic import Workload, parse_traffic
 from windtunnel.infer.units import parse_seconds
@@ -139,12 +142,13 @@ def _shape(spec: InstanceSpec) -> tuple:
     return tuple(getattr(spec, key) for key in SHAPE_KEYS)
 
 
-def _split(deployment: Deployment, prefill: int, total: int) -> Deployment:
-    p_spec = next(g for g in deployment.groups if g.role == "prefill")
-    d_spec = next(g for g in deployment.groups if g.role == "decode")
+def _sized(deployment: Deployment, prefill: int, decode: int) -> Deployment:
+    """``deployment`` with ``prefill`` prefill and ``decode`` decode instances."""
     from dataclasses import replace
 
-    return Deployment(groups=(replace(p_spec, replicas=prefill), replace(d_spec, replicas=total - prefill)),
+    p_spec = next(g for g in deployment.groups if g.role == "prefill")
+    d_spec = next(g for g in deployment.groups if g.role == "decode")
+    return Deployment(groups=(replace(p_spec, replicas=prefill), replace(d_spec, replicas=decode)),
                       router=deployment.router)
 
 
@@ -179,21 +183,30 @@ def compare_dynamic(model: str | ModelSpec, hardware: str, deployment: str | Dep
                               "'prefill:tp=8,replicas=2;decode:tp=8,replicas=2' (field 'deployment').", field="deployment")
     p_spec = next(g for g in dep.groups if g.role == "prefill")
     d_spec = next(g for g in dep.groups if g.role == "decode")
-    if _shape(p_spec) != _shape(d_spec):
-        raise WindtunnelError("Dynamic role switching needs prefill and decode instances of one shape (same tp, dp, ep, "
-                              f"pp, chip, precision, kv); got '{p_spec.text()}' and '{d_spec.text()}' (field "
-                              "'deployment').", field="deployment")
     slo_spec = parse_slo(slo)
     workload = traffic if isinstance(traffic, Workload) else parse_traffic(traffic, seed=seed)
-    total = p_spec.replicas + d_spec.replicas
-    static = [_row(_run(spec, hardware, _split(dep, n, total), workload, slo_spec), n, total) for n in range(1, total)]
-    best = max(static, key=lambda r: (r["goodput_per_s"], -abs(r["prefill_instances"] - p_spec.replicas)))
-    controller = RoleSwitcher(slo_spec, interval_s=parse_seconds(interval, "interval"),
-                              switch_cost_s=parse_seconds(switch_cost, "switch_cost"))
-    if controller.interval <= 0:
+    interval_s, switch_s = parse_seconds(interval, "interval"), parse_seconds(switch_cost, "switch_cost")
+    if interval_s <= 0:
         raise WindtunnelError("Field 'interval' must be a positive duration.", field="interval")
-    result = _run(spec, hardware, dep, workload, slo_spec, controller=controller)
+    total = p_spec.replicas + d_spec.replicas
+    if _shape(p_spec) == _shape(d_spec):
+        splits = [(n, total - n) for n in range(1, total)]
+        controller = RoleSwitcher(slo_spec, interval_s=interval_s, switch_cost_s=switch_s)
+        start_dep = dep
+    else:  # different shapes share the starting deployment's devices (windtunnel.infer.reshape)
+        devices = {p.role: p.devices for p in resolve_deployment(spec, hardware, dep)}
+        d_p, d_d = devices["prefill"], devices["decode"]
+        budget = p_spec.replicas * d_p + d_spec.replicas * d_d
+        splits = [(n, (budget - n * d_p) // d_d) for n in range(1, budget // d_p + 1) if budget - n * d_p >= d_d]
+        controller = ShapeSwitcher(slo_spec, interval_s=interval_s, switch_cost_s=switch_s, budget=budget,
+                                   start={"prefill": p_spec.replicas, "decode": d_spec.replicas})
+        start_dep = _sized(dep, budget // d_p, budget // d_d)
+    static = [_row(_run(spec, hardware, _sized(dep, p, d), workload, slo_spec), p, p + d) for p, d in splits]
+    best = max(static, key=lambda r: (r["goodput_per_s"], -abs(r["prefill_instances"] - p_spec.replicas)))
+    result = _run(spec, hardware, start_dep, workload, slo_spec, controller=controller)
     dynamic = _row(result, p_spec.replicas, total)
+    if start_dep is not dep:
+        dynamic["devices"] = budget
     dynamic["switches"] = result.switches
     gain = dynamic["goodput_per_s"] / best["goodput_per_s"] - 1.0 if best["goodput_per_s"] > 0 else None
     return {"model": spec.id, "hardware": hardware, "deployment": dep.text(), "instances": total,
@@ -227,6 +240,8 @@ def dynamic_table(document: dict, console) -> None:
                   f"{document['dynamic']['goodput_per_s']:.3f} req/s"
                   + (f" ({gain:+.1%})" if gain is not None else ""))
     for switch in document["dynamic"]["switches"]:
-        console.print(f"  switch instance {switch['instance']} {switch['from']} -> {switch['to']}: decided "
+        which = (f"instance {switch['instance']}" if "instance" in switch else
+                 f"instances {switch['instances']} into instance {switch['into']}")
+        console.print(f"  switch {which} {switch['from']} -> {switch['to']}: decided "
                       f"{switch['decided_s']:.0f} s, drained {switch.get('drained_s', float('nan')):.0f} s, ready "
                       f"{switch.get('ready_s', float('nan')):.0f} s")
