@@ -51,7 +51,7 @@ def search_dag(spec, dag, cluster: Cluster, global_batch: int, *, precision: str
                     if z and dp == 1:
                         drop("equivalent to another candidate (ZeRO with dp=1)")
                         continue
-                    candidates.append(Plan(tp=tp, pp=pp, dp=dp, mbs=mbs, zero=z, sp=False, recompute="none",
+                    candidates.append(Plan(tp=tp, pp=pp, dp=dp, mbs=mbs, zero=z, sp=False, tp_overlap=False, recompute="none",
                                            precision=precision))
     if not candidates:
         raise WindtunnelError(f"No plan fits {devices} devices and a global batch of {global_batch} samples; use a "
