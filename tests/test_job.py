@@ -103,6 +103,7 @@ def test_cli_two_phases_json_deterministic(tmp_path):
     b = CliRunner().invoke(app, args)
     assert a.exit_code == 0, a.output
     assert a.output == b.output
+    assert "NaN" not in a.output and "Infinity" not in a.output
     doc = json.loads(a.output)
     assert len(doc["phases"]) == 2 and doc["cost"] == pytest.approx(2.5 * doc["device_hours"])
     assert (tmp_path / "t.csv").read_text().startswith("t_s,phase,state")
