@@ -34,32 +34,44 @@ def attribute(timeline: Timeline, *, primary: str | tuple[str, ...], others: tup
     compute: list[tuple[float, float]] = []
     comm: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
     wanted = set(others) | set(background)
+    own = set(primary)
+    all_streams, starts, ends = timeline.streams, timeline.start, timeline.end
+    all_parts, categories = timeline.parts, timeline.categories
+    wholes: dict[int, float] = {}  # sum of a parts dict (tasks share their played cost's dict)
     for task in candidates:
-        stream = timeline.streams[task]
-        start, end = timeline.start[task], min(timeline.end[task], horizon)
-        if end <= start:
-            continue
-        if stream in primary:
+        stream = all_streams[task]
+        if stream in own:
+            start, end = starts[task], ends[task]
+            if end > horizon:
+                end = horizon
+            if end <= start:
+                continue
             compute.append((start, end))
-            parts = timeline.parts[task]
+            parts = all_parts[task]
             span = end - start
             if parts:
-                whole = sum(parts.values()) or 1.0
+                whole = wholes.get(id(parts))
+                if whole is None:
+                    whole = wholes[id(parts)] = sum(parts.values()) or 1.0
                 for key, value in parts.items():
                     totals[key] += span * value / whole
             else:
-                totals[timeline.categories[task]] += span
+                totals[categories[task]] += span
         elif stream in wanted:
-            comm[stream].append((start, end, timeline.categories[task]))
+            start, end = starts[task], ends[task]
+            if end > horizon:
+                end = horizon
+            if end > start:
+                comm[stream].append((start, end, categories[task]))
     # Idle compute time, split among whatever communication runs then.
     streams = sorted(stream for stream in comm if stream not in background)
     behind = sorted(stream for stream in comm if stream in background)
     boundaries = [0.0, horizon]
     for start, end in compute:
-        boundaries += [start, end]
+        boundaries += (start, end)
     for stream in streams + behind:
         for start, end, _ in comm[stream]:
-            boundaries += [start, end]
+            boundaries += (start, end)
     edges = np.unique(np.clip(np.asarray(boundaries), 0.0, horizon))
     if len(edges) < 2:
         return dict(totals)
