@@ -19,9 +19,10 @@ import math
 
 import numpy as np
 
+from windtunnel.avail.events import _sorted_uniform
 from windtunnel.avail.faults import FaultProfile, job_rates, load_faults
 from windtunnel.avail.policy import RecoveryPolicy, parse_policy
-from windtunnel.avail.sim import _ci95, _sorted_uniform
+from windtunnel.avail.sim import _ci95
 from windtunnel.specs.errors import WindtunnelError
 
 
