@@ -202,11 +202,16 @@ def build_job(row: dict, *, fitted_override: dict | None = None) -> tuple[Traini
         imbalance = 1.1
     if row.get("arch") == "moe":
         notes.append(f"MoE imbalance {imbalance:.2f}" + (" (stated)" if _float(row, "moe_imbalance") else " (default)"))
+    # Optional column: the catalog cluster the run used, where its network is not the chip's default cluster's.
+    named = (row.get("cluster") or "").strip()
     try:
-        cluster = load_hardware(hardware, devices)
+        cluster = load_hardware(named or hardware, devices)
     except WindtunnelError as exc:
         return None, notes, str(exc)
-    notes.append(f"cluster {cluster.id} (chip default)")
+    if named and cluster.chip.id != hardware:
+        return None, notes, (f"column 'cluster' is '{named}', whose chip is {cluster.chip.id}, but the row's hardware is "
+                             f"'{hardware}'; name a cluster of that chip or leave the column blank")
+    notes.append(f"cluster {cluster.id} ({'column' if named else 'chip default'})")
     recompute = (row.get("recompute") or "").strip()
 
     # Optional column: further plan fields the source states (e.g. CUDA graphs, EP overlap, Adam
