@@ -152,6 +152,8 @@ class Plan(BaseModel):
             parts.append(f"recompute_modules={self.recompute_modules}")
         if self.sequence_parallel:
             parts.append("sp")
+        elif self.tp > 1:
+            parts.append("sp=false")  # sp defaults to on
         if self.tp_overlap and self.sequence_parallel:
             parts.append("tp_overlap")
         parts.append(f"zero={self.zero}")
@@ -201,6 +203,7 @@ _ALIASES = {
     "pipeline_model_parallel_layout": "layout", "pp_layout": "layout", "pipeline-model-parallel-layout": "layout",
 }
 _BOOLS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False, "on": True, "off": False}
+_FLAGS = ("sp", "tp_overlap", "ep_overlap", "reuse_fp32_param", "swap_optimizer")  # true/false plan fields
 
 
 def parse_plan(text: str | dict | Plan) -> Plan:
@@ -216,8 +219,21 @@ def parse_plan(text: str | dict | Plan) -> Plan:
             if not raw:
                 continue
             if "=" not in raw:
-                raise WindtunnelError(f"Plan item '{raw}' is not of the form key=value (field 'plan'), e.g. tp=8,pp=4.")
+                # The compact form tables print (Plan.short): a bare flag means it is on.
+                flag = _ALIASES.get(raw.lower(), raw.lower())
+                if flag in _FLAGS:
+                    items[flag] = "true"
+                    continue
+                if flag == "dualpipe":
+                    items["schedule"] = "dualpipe"
+                    continue
+                raise WindtunnelError(f"Plan item '{raw}' is not of the form key=value (field 'plan'), e.g. tp=8,pp=4; "
+                                      f"bare flags: {', '.join((*_FLAGS, 'dualpipe'))}.")
             key, value = (s.strip() for s in raw.split("=", 1))
+            if _ALIASES.get(key.lower(), key.lower()) == "recompute" and ":" in value:
+                # recompute=full:4 (Plan.short): full recomputation of 4 layers per chunk.
+                value, layers = (part.strip() for part in value.split(":", 1))
+                items["recompute_layers"] = layers
             items[key] = value
     fields = set(Plan.model_fields)
     data: dict = {}
@@ -227,7 +243,7 @@ def parse_plan(text: str | dict | Plan) -> Plan:
             raise WindtunnelError(
                 f"Unknown plan field '{key}' (field 'plan'); valid fields: {', '.join(sorted(fields))}.", field="plan"
             )
-        if key in ("sp", "tp_overlap", "ep_overlap", "reuse_fp32_param", "swap_optimizer") and isinstance(value, str):
+        if key in _FLAGS and isinstance(value, str):
             if value.lower() not in _BOOLS:
                 raise WindtunnelError(f"Plan field '{key}' must be true or false, got '{value}'.", field=key)
             value = _BOOLS[value.lower()]
