@@ -24,7 +24,8 @@ import numpy as np
 from windtunnel.engine.attribution import attribute
 from windtunnel.engine.core import Timeline
 from windtunnel.train.schedule import Block
-from windtunnel.train.steady_play import RankPlay, StepPlay, play_compiled
+from windtunnel.train.steady_parts import rank_parts
+from windtunnel.train.steady_play import StepPlay, play_compiled
 
 # Relative tolerance of the periodicity check (of the step time): float noise, not physics.
 PERIODIC_TOLERANCE = 1e-9
@@ -69,7 +70,8 @@ def play_step(builder: Any, *, exact: bool = False) -> PlayedStep:
         count += count - warm
         count += (total - count) % period
     play = play_compiled(builder, chunks, total)
-    breakdown = _breakdown([_rank_parts(rank, play.table, 0.0, play.makespan) for rank in play.ranks])
+    span = np.full(len(play.ranks), play.makespan)
+    breakdown = _breakdown(rank_parts(play.ranks, play.table, np.zeros(len(play.ranks)), span))
     flops = [sum(rank.block_flops) for rank in play.ranks]
     return PlayedStep(play.makespan, breakdown, chunks, flops, None, total)
 
@@ -187,15 +189,14 @@ def _extend(play: StepPlay, windows: list[tuple[int, int, float]], chunks: dict,
     lo, hi, start = windows[0]
     cycle = play.ranks[0].block_start[hi] - play.ranks[0].block_start[lo]
     step = play.makespan + repeats * cycle
-    per_rank = []
-    flops = []
-    for (lo, hi, start), rank in zip(windows, play.ranks, strict=True):
-        whole = _rank_parts(rank, play.table, 0.0, play.makespan)
-        window = _rank_parts(rank, play.table, start, start + cycle)
+    n = len(play.ranks)
+    per_rank = rank_parts(play.ranks, play.table, np.zeros(n), np.full(n, play.makespan))
+    starts = np.asarray([start for _, _, start in windows])
+    for whole, window in zip(per_rank, rank_parts(play.ranks, play.table, starts, starts + cycle), strict=True):
         for key, value in window.items():
             whole[key] = whole.get(key, 0.0) + repeats * value
-        per_rank.append(whole)
-        flops.append(sum(rank.block_flops) + repeats * sum(rank.block_flops[lo:hi]))
+    flops = [sum(rank.block_flops) + repeats * sum(rank.block_flops[lo:hi])
+             for (lo, hi, _), rank in zip(windows, play.ranks, strict=True)]
     return PlayedStep(step, _breakdown(per_rank), chunks, flops, None, played)
 
 
@@ -206,60 +207,3 @@ def _breakdown(per_rank: list[dict[str, float]]) -> dict[str, float]:
         for key, value in parts.items():
             totals[key] = totals.get(key, 0.0) + value / len(per_rank)
     return dict(sorted(totals.items()))
-
-
-def _clip(starts: list[float], ends: list[float], since: float, until: float) -> tuple[np.ndarray, np.ndarray]:
-    s = np.clip(np.asarray(starts, dtype=float), since, until)
-    e = np.clip(np.asarray(ends, dtype=float), since, until)
-    keep = e > s
-    return s[keep], e[keep]
-
-
-def _covered(points: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """For points, whether each lies inside one of the (disjoint, start-sorted) intervals."""
-    if not len(starts):
-        return np.zeros(len(points), dtype=bool)
-    index = np.searchsorted(starts, points, side="right") - 1
-    valid = index >= 0
-    return valid & (points < np.where(valid, ends[np.maximum(index, 0)], -np.inf))
-
-
-def _rank_parts(rank: RankPlay, table: list, since: float, until: float) -> dict[str, float]:
-    """Seconds per category on one rank over [since, until], as engine.attribution.attribute counts
-    them: compute parts on the compute stream, idle time covered by sends (pp_comm) or data-parallel
-    transfers (dp_comm, shared evenly when both run) as exposed communication, the rest bubble."""
-    totals: dict[str, float] = {}
-    starts = np.asarray(rank.starts, dtype=float)
-    ends = np.asarray(rank.ends, dtype=float)
-    spans = np.minimum(ends, until) - np.maximum(starts, since)
-    live = spans > 0
-    if live.any():
-        per_part = np.bincount(np.asarray(rank.parts)[live], weights=spans[live], minlength=len(table))
-        for index in np.flatnonzero(np.bincount(np.asarray(rank.parts)[live], minlength=len(table))):
-            span = float(per_part[index])
-            entry = table[index]
-            if isinstance(entry, str):
-                totals[entry] = totals.get(entry, 0.0) + span
-                continue
-            whole = sum(entry.values()) or 1.0
-            for key, value in entry.items():
-                totals[key] = totals.get(key, 0.0) + span * value / whole
-    cs, ce = starts[live].clip(since, until), ends[live].clip(since, until)
-    dp = _clip(rank.dp_starts, rank.dp_ends, since, until)
-    pp = _clip(rank.pp_starts, rank.pp_ends, since, until)
-    edges = np.unique(np.concatenate([[since, until], cs, ce, dp[0], dp[1], pp[0], pp[1]]))
-    if len(edges) < 2:
-        return totals
-    middles = (edges[:-1] + edges[1:]) / 2.0
-    lengths = np.diff(edges)
-    idle = ~_covered(middles, cs, ce)
-    on_dp, on_pp = _covered(middles, *dp), _covered(middles, *pp)
-    count = np.maximum(on_dp.astype(int) + on_pp.astype(int), 1)
-    for key, covered in (("dp_comm", on_dp), ("pp_comm", on_pp)):
-        value = float((lengths * (idle & covered) / count).sum())
-        if value:
-            totals[key] = totals.get(key, 0.0) + value
-    bubble = float(lengths[idle & ~on_dp & ~on_pp].sum())
-    if bubble:
-        totals["bubble"] = totals.get("bubble", 0.0) + bubble
-    return totals

@@ -168,9 +168,12 @@ def play_compiled(builder: Any, chunks: dict, micro_batches: int) -> StepPlay:
 
     positions = [0] * pp
     progress = True
+    sweep = 0
     while progress:
         progress = False
-        for rank in range(pp):
+        # Forwards flow to higher ranks, backwards to lower ones: sweep both ways in turn.
+        sweep += 1
+        for rank in (range(pp) if sweep % 2 else range(pp - 1, -1, -1)):
             order = orders[rank]
             mine = ranks[rank]
             while positions[rank] < len(order):
@@ -191,8 +194,14 @@ def play_compiled(builder: Any, chunks: dict, micro_batches: int) -> StepPlay:
                             ends.append(ready)
                         after_backward(rank, mb, ch, ends[-1])
                         dp_sync(rank, (rank, ch), ends)
-                    else:
-                        after_backward(rank, mb, ch, compute(rank, ready, chunk.backward))
+                    else:  # the common case, inlined: one task, then the send down the pipeline
+                        played = chunk.backward
+                        start = tail[rank] if tail[rank] > ready else ready
+                        tail[rank] = end = start + played.time
+                        mine.starts.append(start)
+                        mine.ends.append(end)
+                        mine.parts.append(part(played))
+                        after_backward(rank, mb, ch, end)
                 elif kind == "F":
                     ready = forward_ready(rank, mb, ch)
                     if ready is None:
@@ -205,8 +214,13 @@ def play_compiled(builder: Any, chunks: dict, micro_batches: int) -> StepPlay:
                         for piece, gather in zip(chunk.forward_pieces, gathers[(rank, ch)], strict=True):
                             ready = compute(rank, ready if ready > gather else gather, piece)
                         end = ready
-                    else:
-                        end = compute(rank, ready, chunk.forward)
+                    else:  # the common case, inlined
+                        played = chunk.forward
+                        start = tail[rank] if tail[rank] > ready else ready
+                        tail[rank] = end = start + played.time
+                        mine.starts.append(start)
+                        mine.ends.append(end)
+                        mine.parts.append(part(played))
                     after_forward(rank, mb, ch, end)
                 else:
                     bmb, bch = block.partner
