@@ -194,14 +194,8 @@ def play_compiled(builder: Any, chunks: dict, micro_batches: int) -> StepPlay:
                             ends.append(ready)
                         after_backward(rank, mb, ch, ends[-1])
                         dp_sync(rank, (rank, ch), ends)
-                    else:  # the common case, inlined: one task, then the send down the pipeline
-                        played = chunk.backward
-                        start = tail[rank] if tail[rank] > ready else ready
-                        tail[rank] = end = start + played.time
-                        mine.starts.append(start)
-                        mine.ends.append(end)
-                        mine.parts.append(part(played))
-                        after_backward(rank, mb, ch, end)
+                    else:
+                        after_backward(rank, mb, ch, compute(rank, ready, chunk.backward))
                 elif kind == "F":
                     ready = forward_ready(rank, mb, ch)
                     if ready is None:
@@ -214,13 +208,8 @@ def play_compiled(builder: Any, chunks: dict, micro_batches: int) -> StepPlay:
                         for piece, gather in zip(chunk.forward_pieces, gathers[(rank, ch)], strict=True):
                             ready = compute(rank, ready if ready > gather else gather, piece)
                         end = ready
-                    else:  # the common case, inlined
-                        played = chunk.forward
-                        start = tail[rank] if tail[rank] > ready else ready
-                        tail[rank] = end = start + played.time
-                        mine.starts.append(start)
-                        mine.ends.append(end)
-                        mine.parts.append(part(played))
+                    else:
+                        end = compute(rank, ready, chunk.forward)
                     after_forward(rank, mb, ch, end)
                 else:
                     bmb, bch = block.partner
