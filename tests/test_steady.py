@@ -144,7 +144,7 @@ def test_not_periodic_plays_more(monkeypatch):
         return original(builder, chunks, micro_batches)
 
     monkeypatch.setattr(steady, "play_compiled", spy)
-    monkeypatch.setattr(steady, "_windows", lambda *args: None)
+    monkeypatch.setattr(steady, "_windows", lambda *args, **kwargs: None)
     job = job_of("dense", 4, "tp=1,pp=4,mbs=1,recompute=none,zero=0", 40)
     played = steady.play_step(_StepBuilder(job))
     assert counts[-1] == 40 and len(counts) > 1 and played.played_micro_batches == 40

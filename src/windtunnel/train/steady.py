@@ -54,21 +54,29 @@ def play_step(builder: Any, *, exact: bool = False) -> PlayedStep:
     total = builder.micro_batches
     period = period_of(builder)
     warm = _warm_up(builder)
-    count = warm + STEADY_PERIODS * period
-    count += (total - count) % period
-    while 2 * count <= total:  # a reduced play of more than half the step saves little: play it whole
+    # Two reduced plays at most: a short one (most pipelines repeat every period), then one long
+    # enough to show timing cycles of up to pp periods (a few per interleaved group); each only
+    # where it plays at most half the step, else the step is played whole.
+    longest = 3 if builder.schedule == "interleaved" and builder.plan.vpp > 1 else builder.plan.pp
+    spent = 0
+    for count in (warm + STEADY_PERIODS * period, warm + (3 * longest + 4) * period):
+        count += (total - count) % period
+        if count > total // 2 or count <= spent:
+            break
         play = play_compiled(builder, chunks, count)
+        spent += count
+        ends = (0, builder.plan.pp - 1)  # a candidate cycle is first tried on the end ranks only
         cycle = 1
         while _target(builder, count, cycle * period) - cycle * period >= warm // 2:
-            windows = _windows(play, builder, cycle * period, count)
-            if windows is not None:
-                extended = _extend_to(builder, chunks, play, windows, cycle * period, count, total)
-                if extended is not None:
-                    return extended
-                break
+            if _windows(play, builder, cycle * period, count, only=ends) is not None:
+                windows = _windows(play, builder, cycle * period, count)
+                if windows is not None:
+                    extended = _extend_to(builder, chunks, play, windows, cycle * period, count, total,
+                                          total - spent)
+                    if extended is not None:
+                        return extended
+                    break
             cycle += 1
-        count += count - warm
-        count += (total - count) % period
     play = play_compiled(builder, chunks, total)
     span = np.full(len(play.ranks), play.makespan)
     breakdown = _breakdown(rank_parts(play.ranks, play.table, np.zeros(len(play.ranks)), span))
@@ -77,13 +85,14 @@ def play_step(builder: Any, *, exact: bool = False) -> PlayedStep:
 
 
 def _extend_to(builder: Any, chunks: dict, play: StepPlay, windows: list, cycle: int, count: int,
-               total: int) -> PlayedStep | None:
+               total: int, budget: int) -> PlayedStep | None:
     """Extend a periodic play of ``count`` micro-batches (timing period ``cycle`` micro-batches) to
-    ``total``; when the difference is not whole cycles, replay the few micro-batches more that make it so."""
+    ``total``; when the difference is not whole cycles, replay the few micro-batches more that make it
+    so, if that play fits the ``budget`` of micro-batches left."""
     rest = (total - count) % cycle
     if rest:
         count += rest
-        if count + cycle > total:
+        if count + cycle > total or count > budget:
             return None
         play = play_compiled(builder, chunks, count)
         windows = _windows(play, builder, cycle, count)
@@ -147,9 +156,11 @@ def _same_shifted(a: Block, b: Block, shift: int) -> bool:
     return b.partner == (a.partner[0] + shift, a.partner[1])
 
 
-def _windows(play: StepPlay, builder: Any, period: int, count: int) -> list[tuple[int, int, float]] | None:
+def _windows(play: StepPlay, builder: Any, period: int, count: int,
+             only: tuple[int, ...] | None = None) -> list[tuple[int, int, float]] | None:
     """Per rank (first block index, end block index, window start in seconds) of one steady period,
-    or None when the played timeline is not yet periodic (then more micro-batches are needed)."""
+    or None when the played timeline is not yet periodic (then more micro-batches are needed).
+    ``only``: check just these ranks (a cheap first test of a candidate cycle)."""
     target = _target(builder, count, period)
     marks = (target - period, target, target + period)
     if marks[0] < 0:
@@ -157,7 +168,8 @@ def _windows(play: StepPlay, builder: Any, period: int, count: int) -> list[tupl
     windows = []
     cycle = None
     tolerance = PERIODIC_TOLERANCE * play.makespan
-    for order, rank in zip(play.orders, play.ranks, strict=True):
+    checked = range(len(play.ranks)) if only is None else only
+    for order, rank in ((play.orders[r], play.ranks[r]) for r in checked):
         found = {}
         for index, block in enumerate(order):
             if block.micro_batch in marks and block.chunk == 0 and block.kind in ("F", "FB") and block.micro_batch not in found:
