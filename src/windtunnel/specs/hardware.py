@@ -219,7 +219,16 @@ def load_hardware(name_or_path: str, devices: int) -> Cluster:
     if path.suffix in (".yaml", ".yml") and path.exists():
         doc = read_yaml(path)
         if isinstance(doc, dict) and "clusters" in doc:
-            doc = next(iter(doc["clusters"].values()))
+            inner = doc["clusters"]
+            if not isinstance(inner, dict) or len(inner) != 1 or not isinstance(next(iter(inner.values())), dict):
+                raise WindtunnelError(
+                    f"Cluster file '{path}': field 'clusters' must map one cluster id to its fields (name, chip, tiers), "
+                    f"got {type(inner).__name__} with {len(inner) if isinstance(inner, (dict, list)) else 0} entries; "
+                    "or write the cluster's fields at the top level.", field="clusters")
+            doc = next(iter(inner.values()))
+        if doc is not None and not isinstance(doc, dict):
+            raise WindtunnelError(f"Cluster file '{path}' must be a mapping of the cluster's fields (name, chip, tiers), "
+                                  f"got a {type(doc).__name__}.", field="hardware")
         spec = build(ClusterSpec, {"id": path.stem, **(doc or {})}, f"Cluster file '{path}'")
         return _cluster_from_spec(spec, devices, chips)
     raise WindtunnelError(

@@ -213,9 +213,47 @@ _HF_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", 
                 "gpt_oss")
 
 
+# Integer fields of a Hugging Face config the loader reads, and those of them that may be 0.
+_HF_COUNTS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size", "intermediate_size",
+              "num_key_value_heads", "head_dim", "moe_intermediate_size", "n_routed_experts", "num_experts",
+              "num_local_experts", "num_experts_per_tok", "n_shared_experts", "first_k_dense_replace", "q_lora_rank",
+              "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "sliding_window",
+              "max_position_embeddings", "num_nextn_predict_layers", "shared_expert_intermediate_size")
+_HF_MAY_BE_ZERO = ("n_shared_experts", "first_k_dense_replace", "q_lora_rank", "num_nextn_predict_layers",
+                   "sliding_window", "shared_expert_intermediate_size")
+_HF_MLA = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+
+
+def _checked_counts(config: dict, family: str) -> dict:
+    """The config with its integer fields checked: whole numbers (an integral float is accepted), positive (or
+    zero where that means 'none'); a bad one is one clear error naming it."""
+    out = dict(config)
+    for key in _HF_COUNTS:
+        value = config.get(key)
+        if value is None:
+            continue
+        whole = isinstance(value, int) and not isinstance(value, bool)
+        if not whole and isinstance(value, float) and value.is_integer():
+            value, whole = int(value), True
+        lowest = 0 if key in _HF_MAY_BE_ZERO else 1
+        if not whole or value < lowest:
+            raise WindtunnelError(f"Hugging Face config field '{key}' is {value!r}; it must be a whole number >= {lowest}.",
+                                  field=key)
+        out[key] = value
+    if family in ("deepseek_v2", "deepseek_v3"):
+        missing = [key for key in _HF_MLA if key not in config]
+        if missing:
+            raise WindtunnelError(f"Hugging Face config (model_type '{family}', multi-head latent attention) lacks "
+                                  f"required field(s) {', '.join(missing)}.", field=missing[0])
+    return out
+
+
 def model_from_hf_config(config: dict, model_id: str = "hf-model") -> ModelSpec:
     """Build a ModelSpec from a Hugging Face ``config.json`` (Llama, Qwen2/3, Qwen3-MoE, Mixtral, DeepSeek-V2/V3,
     GPT-OSS)."""
+    if not isinstance(config, dict):
+        raise WindtunnelError(f"A Hugging Face config.json must be a JSON object of fields, got a {type(config).__name__}.",
+                              field="config")
     family = str(config.get("model_type", "")).lower()
     if family not in _HF_FAMILIES:
         raise WindtunnelError(
@@ -226,6 +264,7 @@ def model_from_hf_config(config: dict, model_id: str = "hf-model") -> ModelSpec:
     for key in ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size"):
         if key not in config:
             raise WindtunnelError(f"Hugging Face config lacks required field '{key}' for model_type '{family}'.", field=key)
+    config = _checked_counts(config, family)
     heads = int(config["num_attention_heads"])
     hidden = int(config["hidden_size"])
     data: dict = {

@@ -67,6 +67,8 @@ def read_json(path: str | Path) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise WindtunnelError(f"Malformed JSON in '{path}' at line {exc.lineno}, column {exc.colno}: {exc.msg}.") from exc
+    except RecursionError as exc:  # nesting deeper than Python's recursion limit: no config is shaped like that
+        raise WindtunnelError(f"JSON in '{path}' is nested too deeply to be a configuration file.") from exc
 
 
 def catalog_dir(*parts: str) -> Path:

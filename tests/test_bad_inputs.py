@@ -1,0 +1,51 @@
+"""Badly shaped user files (Hugging Face configs, cluster YAML) are one clear error, never a traceback (issue 20)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import assert_one_clear_error
+
+GOOD = {"model_type": "llama", "hidden_size": 1024, "num_attention_heads": 8, "num_hidden_layers": 4, "vocab_size": 32000}
+CONFIGS = {
+    "zero_heads": ({**GOOD, "num_attention_heads": 0}, "num_attention_heads"),
+    "top_level_list": ([1, 2], "JSON object"),
+    "string_width": ({**GOOD, "hidden_size": "big"}, "hidden_size"),
+    "fractional_layers": ({**GOOD, "num_hidden_layers": 2.5}, "num_hidden_layers"),
+    "mla_missing_rope": ({**GOOD, "model_type": "deepseek_v3", "kv_lora_rank": 512}, "qk_rope_head_dim"),
+}
+CLUSTERS = {
+    "empty_clusters": ("clusters: {}\n", "'clusters'"),
+    "null_clusters": ("clusters: null\n", "'clusters'"),
+    "top_level_list": ("- a\n- b\n", "mapping"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_bad_hf_config_is_one_clear_error(cli, tmp_path, name):
+    config, needle = CONFIGS[name]
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    proc = cli("train", "simulate", "--model", str(path), "--hardware", "h100-sxm", "--devices", "8",
+               "--seq-len", "2048", "--global-batch", "8", "--plan", "tp=1")
+    assert_one_clear_error(proc, needle)
+
+
+def test_deeply_nested_json_is_one_clear_error(cli, tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    proc = cli("train", "simulate", "--model", str(path), "--hardware", "h100-sxm", "--devices", "8",
+               "--seq-len", "2048", "--global-batch", "8", "--plan", "tp=1")
+    assert_one_clear_error(proc, "nested too deeply")
+
+
+@pytest.mark.parametrize("name", sorted(CLUSTERS))
+def test_badly_shaped_cluster_yaml_is_one_clear_error(cli, tmp_path, name):
+    text, needle = CLUSTERS[name]
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text, encoding="utf-8")
+    proc = cli("train", "simulate", "--model", "llama3-8b", "--hardware", str(path), "--devices", "8",
+               "--seq-len", "2048", "--global-batch", "8", "--plan", "tp=1")
+    assert_one_clear_error(proc, needle)
