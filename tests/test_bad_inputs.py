@@ -49,3 +49,14 @@ def test_badly_shaped_cluster_yaml_is_one_clear_error(cli, tmp_path, name):
     proc = cli("train", "simulate", "--model", "llama3-8b", "--hardware", str(path), "--devices", "8",
                "--seq-len", "2048", "--global-batch", "8", "--plan", "tp=1")
     assert_one_clear_error(proc, needle)
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--model", "mixtral-8x7b", "--plan", "ep=8", "--moe-imbalance", "inf"], "moe_imbalance"),
+    (["--model", "mixtral-8x7b", "--plan", "ep=8", "--moe-imbalance", "9"], "between 1"),
+    (["--model", "llama3-8b", "--plan", "tp=1,mtp=100000000000000000000"], "'mtp'"),
+])
+def test_out_of_range_numbers_are_one_clear_error(cli, extra, needle):
+    proc = cli("train", "simulate", "--hardware", "h100-sxm", "--devices", "8", "--seq-len", "2048",
+               "--global-batch", "8", *extra)
+    assert_one_clear_error(proc, needle)

@@ -306,6 +306,9 @@ def validate_plan(plan: Plan, model: ModelSpec | None, devices: int, seq_len: in
              "tensor-parallel ranks; each of them must route its own share of the tokens, which needs sequence "
              "parallelism (sp=true), as Megatron requires for MoE with TP.")
     chunks = plan.pp * plan.vpp
+    if plan.mtp is not None and plan.mtp > layers:
+        fail("mtp", f"Plan field 'mtp' is {plan.mtp}: each multi-token-prediction module adds a transformer layer, so "
+             f"more than the model's {layers} layers is not a model; use 0 to {layers} (DeepSeek-V3 trains 1).")
     if plan.layout or plan.mtp:
         _check_layout(plan, model)
     if chunks > layers and not plan.layout:

@@ -107,10 +107,12 @@ def dag_stub_model(dag: DagModel) -> ModelSpec:
 
 class _StepBuilder(PipelinePlay):
     def __init__(self, job: TrainingJob) -> None:
-        if not job.moe_imbalance >= 1.0:
+        # The busiest expert (rank) receives at most every routed token: at most `experts` times its share.
+        most = float(job.model.moe.experts) if job.dag is None and job.model.moe else 1.0e3
+        if not 1.0 <= job.moe_imbalance <= most:
             raise WindtunnelError(f"Field 'moe_imbalance' is {job.moe_imbalance}: it is the busiest expert rank's tokens "
-                                  "over the balanced share, so it must be >= 1 (1.0 = perfectly balanced).",
-                                  field="moe_imbalance")
+                                  f"over the balanced share, so it must be between 1 (perfectly balanced) and {most:g} "
+                                  "(every routed token on one expert).", field="moe_imbalance")
         self.job = job
         model, cluster = job.model, job.cluster
         self.stack = stack = load_stack(job.framework)
