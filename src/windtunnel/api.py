@@ -38,6 +38,16 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'windtunnel.api' has no attribute {name!r}")
 
 
+def resolve_cluster(hardware: str | Cluster, devices: int | None) -> Cluster:
+    """A hardware argument as a Cluster of ``devices`` devices: a chip id, cluster id or cluster YAML (devices
+    required), or a Cluster (its own device count unless ``devices`` is given)."""
+    if isinstance(hardware, Cluster):
+        return hardware if devices is None else hardware.model_copy(update={"devices": devices})
+    if devices is None:
+        raise ValueError("devices is required when hardware is given by name")
+    return load_hardware(hardware, devices)
+
+
 def resolve_model(model, batch_shape: str | dict | None = None) -> tuple[ModelSpec, DagModel | None]:
     """A model argument as (ModelSpec, operator DAG or None): catalog id, model YAML, HF config.json,
     an operator-DAG YAML (a file with a ``layer:`` list of operators), or an ONNX model (``X.onnx`` or a
@@ -108,12 +118,7 @@ def simulate_training(
         seq_len, plan = 1, given.model_copy(update={"sp": False, "tp_overlap": False, "recompute": (
             "none" if given.recompute == "selective" else given.recompute)})
         check_graph_plan(plan)
-    if isinstance(hardware, Cluster):
-        cluster = hardware if devices is None else hardware.model_copy(update={"devices": devices})
-    else:
-        if devices is None:
-            raise ValueError("devices is required when hardware is given by name")
-        cluster = load_hardware(hardware, devices)
+    cluster = resolve_cluster(hardware, devices)
     fitted, notes = apply_profile(profile, cluster.chip.id, framework)
     job = TrainingJob(model=model_spec, cluster=cluster, plan=parse_plan(plan), seq_len=seq_len,
                       global_batch=global_batch, flash_attention=flash_attention, fused_loss=fused_loss,

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from windtunnel.profile import Profile, apply_profile
-from windtunnel.specs.hardware import Cluster, load_hardware
+from windtunnel.specs.hardware import Cluster
 from windtunnel.specs.model import ModelSpec
 from windtunnel.specs.plan import Plan, parse_plan
 from windtunnel.specs.whatif import parse_what_if
@@ -32,15 +32,10 @@ def training_job(model: str | ModelSpec, hardware: str | Cluster, devices: int |
                  profile: str | Path | Profile | None = None, moe_imbalance: float = 1.1,
                  flash_attention: bool | None = None, fused_loss: bool | None = None) -> TrainingJob:
     """The TrainingJob that :func:`windtunnel.api.simulate_training` would simulate."""
-    from windtunnel.api import resolve_model
+    from windtunnel.api import resolve_cluster, resolve_model
 
     spec, dag = resolve_model(model)
-    if isinstance(hardware, Cluster):
-        cluster = hardware if devices is None else hardware.model_copy(update={"devices": devices})
-    else:
-        if devices is None:
-            raise ValueError("devices is required when hardware is given by name")
-        cluster = load_hardware(hardware, devices)
+    cluster = resolve_cluster(hardware, devices)
     fitted, notes = apply_profile(profile, cluster.chip.id, framework)
     return TrainingJob(model=spec, cluster=cluster, plan=parse_plan(plan), seq_len=seq_len, global_batch=global_batch,
                        flash_attention=flash_attention, fused_loss=fused_loss, moe_imbalance=moe_imbalance,
