@@ -39,7 +39,8 @@ def _old_place_group(size: int, stride: int, cluster) -> tuple[tuple[int, int], 
 
 def _old_time(kind: str, message: float, size: int, levels, cluster, eff) -> float:
     """The collective times before uneven groups were handled, on (tier, members) levels (a ring of
-    ``members`` parties drives ``members - 1`` links of a full-mesh tier)."""
+    ``members`` parties drives ``members - 1`` links of a full-mesh tier; the hierarchy's latency is that of
+    one ring over all members, NCCL's multi-node ring)."""
 
     def ring(members, data, tier, passes):
         chunk = data / members
@@ -58,8 +59,10 @@ def _old_time(kind: str, message: float, size: int, levels, cluster, eff) -> flo
     passes = 2.0 if kind == "all_reduce" else 1.0
     total, data = 0.0, message
     for tier, members in levels:
-        total += ring(members, data, tier, passes)
+        total += ring(members, data, tier, passes) - passes * (members - 1) * cluster.tiers[tier].latency
         data /= members
+    # A ring over every member: its size - 1 steps each wait for the outermost tier's latency.
+    total += passes * (size - 1) * cluster.tiers[levels[-1][0]].latency
     if kind != "all_reduce":
         return total
     outer = levels[-1][0]
@@ -122,9 +125,11 @@ def test_uneven_hierarchical_phases_are_bounded_by_the_bottleneck():
     eff = efficiency_for(cluster.chip)
     group = place_group("dp", 12, 1, cluster)
     message = 1e9
-    inner = 7 / 8 * message / _tier_bandwidth(cluster, 0, eff, message / 8) + 7 * cluster.tiers[0].latency
-    outer = message / 6 / _tier_bandwidth(cluster, 1, eff, message / 6) + cluster.tiers[1].latency
-    assert collective_time("all_gather", message, group, cluster, eff) == pytest.approx(inner + outer, rel=1e-9)
+    inner = 7 / 8 * message / _tier_bandwidth(cluster, 0, eff, message / 8)
+    outer = message / 6 / _tier_bandwidth(cluster, 1, eff, message / 6)
+    latency = 11 * cluster.tiers[1].latency  # one ring over the 12 members, each step waiting for the network hop
+    assert collective_time("all_gather", message, group, cluster, eff) == pytest.approx(inner + outer + latency,
+                                                                                         rel=1e-9)
     # 8 + 1: the lone member must receive 8/9 of the buffer either way; one flat ring beats the hierarchy.
     lone = place_group("dp", 9, 1, load_hardware("h100-sxm", 9))
     assert lone.levels[-1] == Level(1, 2, 1, 9)

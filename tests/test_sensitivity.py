@@ -14,10 +14,7 @@ from windtunnel.insight import explain_job, training_job, training_sensitivity
 from windtunnel.specs.errors import WindtunnelError
 from windtunnel.train.sensitivity import COSTS, sensitivity
 
-# scale_up_domain is left out of the sign property: the collective model runs a group inside one domain as a
-# flat ring (one latency step per member), which for tiny latency-bound steps can be slower than the same
-# group split over two domains and run hierarchically (reported in issue 14's notes).
-CONTINUOUS = ["flops", "hbm_bandwidth", "hbm_capacity", "scale_up_bandwidth", "scale_out_bandwidth", "link_latency",
+CONTINUOUS = ["flops", "hbm_bandwidth", "hbm_capacity", "scale_up_bandwidth", "scale_out_bandwidth", "link_latency", "scale_up_domain",
               "host_overhead"]
 
 

@@ -125,7 +125,8 @@ def _tier_bandwidth(cluster: Cluster, tier: int, eff: Efficiency, message_bytes:
     return base * message_bytes / (message_bytes + eff.half_message_bytes)
 
 
-def _phase(level: Level, message_bytes: float, cluster: Cluster, eff: Efficiency, passes: float) -> float:
+def _phase(level: Level, message_bytes: float, cluster: Cluster, eff: Efficiency, passes: float,
+           latency: bool = True) -> float:
     """One ring phase over ``level``'s tier, ``passes`` times (2 for an all-reduce), in seconds.
 
     Entering the phase a member holds 1/inside of the ``message_bytes`` buffer and leaves it holding
@@ -138,7 +139,7 @@ def _phase(level: Level, message_bytes: float, cluster: Cluster, eff: Efficiency
         return 0.0
     data = passes * message_bytes * (1.0 / level.inside - 1.0 / level.reach)
     bandwidth = _tier_bandwidth(cluster, level.tier, eff, data / steps, level.joined)
-    return data / bandwidth + steps * cluster.tiers[level.tier].latency
+    return data / bandwidth + (steps * cluster.tiers[level.tier].latency if latency else 0.0)
 
 
 def distinct_remote_domains(domains: int, copies: int) -> float:
@@ -192,7 +193,13 @@ def reduction_algorithms(kind: str, group: GroupPlacement, cluster: Cluster, eff
     passes = 2.0 if kind == "all_reduce" else 1.0
 
     def hierarchical(message_bytes: float) -> float:
-        return sum(_phase(level, message_bytes, cluster, eff, passes) for level in group.levels)
+        # NCCL runs a multi-node reduce-scatter / all-gather as rings over every member, one channel per NIC
+        # rail, so each tier carries what the hierarchy says, but a ring step waits for its slowest hop: the
+        # ring's size - 1 steps each take the outermost tier's latency.
+        if message_bytes <= 0:
+            return 0.0
+        moved = sum(_phase(level, message_bytes, cluster, eff, passes, latency=False) for level in group.levels)
+        return moved + passes * (group.size - 1) * cluster.tiers[group.outermost_tier].latency
 
     def flat(message_bytes: float) -> float:
         ring = Level(group.outermost_tier, group.size, 1, group.size)
