@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 
-from windtunnel.specs.errors import WindtunnelError, choices_text
+from windtunnel.specs.errors import WindtunnelError, choices_text, did_you_mean
 from windtunnel.specs.validation import build
 from windtunnel.specs.yamlio import catalog_dir, read_yaml
 
@@ -232,7 +232,8 @@ def load_hardware(name_or_path: str, devices: int) -> Cluster:
         spec = build(ClusterSpec, {"id": path.stem, **(doc or {})}, f"Cluster file '{path}'")
         return _cluster_from_spec(spec, devices, chips)
     raise WindtunnelError(
-        f"Unknown hardware '{name_or_path}' (field 'hardware'); give a chip ({choices_text(chips)}), "
+        f"Unknown hardware '{name_or_path}' (field 'hardware'){did_you_mean(name_or_path, [*chips, *clusters])}; "
+        f"give a chip ({choices_text(chips)}), "
         f"a cluster ({choices_text(clusters)}) or a cluster YAML file.",
         field="hardware",
     )

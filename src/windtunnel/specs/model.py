@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
 
-from windtunnel.specs.errors import WindtunnelError, choices_text
+from windtunnel.specs.errors import WindtunnelError, choices_text, did_you_mean
 from windtunnel.specs.validation import build
 from windtunnel.specs.yamlio import catalog_dir, read_json, read_yaml
 
@@ -369,7 +369,7 @@ def load_model(name_or_path: str) -> ModelSpec:
             )
         return build(ModelSpec, {"id": path.stem, **doc} if isinstance(doc, dict) else doc, f"Model file '{path}'")
     raise WindtunnelError(
-        f"Unknown model '{name_or_path}' (field 'model'); give a catalog model ({choices_text(catalog)}), "
-        "a model YAML file or a Hugging Face config.json.",
+        f"Unknown model '{name_or_path}' (field 'model'){did_you_mean(name_or_path, catalog)}; give a catalog model "
+        f"({choices_text(catalog)}), a model YAML file or a Hugging Face config.json.",
         field="model",
     )

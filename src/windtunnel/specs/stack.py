@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from windtunnel.specs.errors import WindtunnelError, choices_text
+from windtunnel.specs.errors import WindtunnelError, choices_text, did_you_mean
 from windtunnel.specs.yamlio import catalog_dir, read_mapping_file, read_yaml
 
 DEFAULT_STACK = "megatron"
@@ -210,12 +210,9 @@ def load_stack(name_or_path: str | Stack | None) -> Stack:
         doc, path = found
         doc = {"id": path.stem, "name": path.stem, **doc}
         return _validate(_resolve(doc, docs, f"file '{path}'"), f"file '{path}'")
-    lowered = {key.lower().replace("_", "-"): key for key in docs}
-    hint = lowered.get(name.lower().replace("_", "-"))
     raise WindtunnelError(
         f"Unknown framework '{name}' (field 'framework'): use a built-in stack ({choices_text(docs)})"
-        + (f" - did you mean '{hint}'?" if hint else "") + " or a stack YAML file (path ending in .yaml).",
-        field="framework")
+        + did_you_mean(name, docs) + " or a stack YAML file (path ending in .yaml).", field="framework")
 
 
 def stack_path(name: str) -> Path:
