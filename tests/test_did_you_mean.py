@@ -26,3 +26,9 @@ def test_cli_names_the_close_value_and_still_fails(cli, option, value, hint):
     proc = cli("train", "simulate", "--model", args["--model"], "--hardware", args["--hardware"], "--framework",
                args["--framework"], "--devices", "8", "--seq-len", "2048", "--global-batch", "8", "--plan", "tp=1")
     assert_one_clear_error(proc, value, "did you mean " + hint)
+
+
+def test_train_simulate_refuses_two_plans(cli):
+    proc = cli("train", "simulate", "--model", "llama3-8b", "--hardware", "h100-sxm", "--devices", "8", "--seq-len",
+               "2048", "--global-batch", "8", "--plan", "tp=1", "--plan", "tp=2")
+    assert_one_clear_error(proc, "'--plan'", "compare train")

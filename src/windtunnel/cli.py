@@ -63,7 +63,8 @@ def train_simulate(
     devices: int = typer.Option(..., help="Number of devices in the job."),
     seq_len: int = typer.Option(4096, help="Sequence length (tokens)."),
     global_batch: int = typer.Option(..., help="Global batch (sequences per step)."),
-    plan: str = typer.Option("", help="Plan, e.g. tp=8,pp=16,cp=1,vpp=1,mbs=1,recompute=selective,sp=true,zero=1"),
+    plans: list[str] = typer.Option([], "--plan", help="Plan, e.g. tp=8,pp=16,cp=1,vpp=1,mbs=1,recompute=selective,"
+                                    "sp=true,zero=1 (one; `compare train` takes several)."),
     moe_imbalance: float = typer.Option(1.1, help="Tokens on the busiest expert rank / the balanced share."),
     no_flash: bool = typer.Option(False, "--no-flash", help="Unfused attention (scores materialised)."),
     unfused_loss: bool = typer.Option(False, "--unfused-loss", help=UNFUSED_LOSS_HELP),
@@ -79,6 +80,10 @@ def train_simulate(
     batch_shape: str = typer.Option("", help="ONNX models: " + BATCH_SHAPE_HELP + " The global batch counts samples."),
 ) -> None:
     """Simulate one training step of MODEL on HARDWARE with a parallel PLAN."""
+    if len(plans) > 1:
+        raise WindtunnelError(f"Option '--plan' was given {len(plans)} times; `train simulate` runs one plan. To see "
+                              "several side by side, use `windtunnel compare train --plan A --plan B ...`.", field="plan")
+    plan = plans[0] if plans else ""
     from windtunnel.api import simulate_training
     from windtunnel.report.tables import training_table
     from windtunnel.report.trace import trace_json
