@@ -60,3 +60,13 @@ def test_out_of_range_numbers_are_one_clear_error(cli, extra, needle):
     proc = cli("train", "simulate", "--hardware", "h100-sxm", "--devices", "8", "--seq-len", "2048",
                "--global-batch", "8", *extra)
     assert_one_clear_error(proc, needle)
+
+
+def test_checkpoint_interval_survives_a_checkpoint_longer_than_the_mtbf():
+    """Daly's exponential model overflowed (math range error) when the checkpoint cost dwarfs the MTBF; the
+    optimum there is the MTBF itself (maximising tau exp(-tau / M))."""
+    from windtunnel.avail.formulas import daly_interval_s, exact_interval_s
+
+    assert exact_interval_s(3600.0, 1.0) == pytest.approx(1.0, rel=1e-3)
+    assert daly_interval_s(3600.0, 1.0) == 1.0
+    assert exact_interval_s(60.0, 3 * 3600.0) == pytest.approx(daly_interval_s(60.0, 3 * 3600.0), rel=0.01)

@@ -43,8 +43,13 @@ def exact_interval_s(checkpoint_cost_s: float, mtbf_s: float) -> float:
 
     d = _positive("checkpoint-cost", checkpoint_cost_s, True)
     m = _positive("mtbf", mtbf_s)
-    res = minimize_scalar(lambda t: -t / math.expm1((t + d) / m), bounds=(1e-9 * m, 10.0 * m), method="bounded",
-                          options={"xatol": 1e-9 * m})
+
+    def log_expm1(z: float) -> float:  # log(e^z - 1) without overflow (a checkpoint far longer than the MTBF)
+        return z + math.log1p(-math.exp(-z)) if z > 30.0 else math.log(math.expm1(z))
+
+    # The same maximum in log space: log tau - log(exp((tau + d) / M) - 1).
+    res = minimize_scalar(lambda t: log_expm1((t + d) / m) - math.log(t), bounds=(1e-9 * m, 10.0 * m),
+                          method="bounded", options={"xatol": 1e-9 * m})
     return float(res.x)
 
 
