@@ -70,3 +70,12 @@ def test_checkpoint_interval_survives_a_checkpoint_longer_than_the_mtbf():
     assert exact_interval_s(3600.0, 1.0) == pytest.approx(1.0, rel=1e-3)
     assert daly_interval_s(3600.0, 1.0) == 1.0
     assert exact_interval_s(60.0, 3 * 3600.0) == pytest.approx(daly_interval_s(60.0, 3 * 3600.0), rel=0.01)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["markov", "--devices", "1000000000", "--step-time", "10s"], "'devices'"),
+    (["simulate", "--devices", "1024", "--step-time", "10s", "--horizon", "1e308s"], "'horizon'"),
+    (["simulate", "--devices", "1024", "--step-time", "10s", "--seed", "-1"], "'seed'"),
+])
+def test_availability_inputs_out_of_range_are_one_clear_error(cli, args, needle):
+    assert_one_clear_error(cli("avail", *args), needle)

@@ -83,6 +83,9 @@ def _solve_pivot(QT: sp.csc_matrix, pivot: int) -> np.ndarray | None:
     return pi
 
 
+MAX_REPAIR_STATES = 20_000  # nodes in repair the chain can track (its size grows linearly with them)
+
+
 def _truncation(scenario: Scenario) -> int:
     mech = scenario.mechanics
     bmax = max([c.nodes_out for c in scenario.rates.stop] + [0])
@@ -122,6 +125,11 @@ def _solve(scenario: Scenario, phases: int) -> MarkovResult:
     rates = scenario.rates
     spares = mech.spares
     K = _truncation(scenario)
+    if K > MAX_REPAIR_STATES:
+        raise WindtunnelError(
+            f"The Markov chain of this scenario would track up to {K:,} nodes in repair (more than "
+            f"{MAX_REPAIR_STATES:,}): too many states to factorise. Use `avail simulate` (Monte Carlo) for it, or "
+            "fewer devices / a lower failure rate.", field="devices")
     md = phases if mech.detect > 0 else 0
     mr = phases if mech.restart > 0 else 0
     can_wait = (not mech.elastic) and spares < K

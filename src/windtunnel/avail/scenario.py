@@ -193,6 +193,10 @@ def _validate(policy: RecoveryPolicy, step: float, nodes: int) -> None:
                 f"interval of at least {math.ceil(lag):d} s or a faster write.", field="checkpoint-every")
 
 
+MAX_DEVICES = 10_000_000  # ten times the largest clusters built (about 1e5-1e6 accelerators)
+MAX_HORIZON_S = 100 * 365.25 * 86400.0
+
+
 def make_scenario(
     devices: int,
     faults: str | FaultProfile,
@@ -212,6 +216,13 @@ def make_scenario(
     for name, value in (("step-time", step_time_s), ("horizon", horizon_s)):
         if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
             raise WindtunnelError(f"Field '{name}' must be a positive duration in seconds, got {value!r}.", field=name)
+    # Bounds of the questions the models answer (beyond them the samplers overflow or exhaust memory).
+    if devices > MAX_DEVICES:
+        raise WindtunnelError(f"Field 'devices' is {devices:,}; availability is modelled for jobs of up to "
+                              f"{MAX_DEVICES:,} devices.", field="devices")
+    if horizon_s > MAX_HORIZON_S:
+        raise WindtunnelError(f"Field 'horizon' is {horizon_s:g} s; give at most {MAX_HORIZON_S:g} s (100 years).",
+                              field="horizon")
     assumptions: list[str] = []
     if devices_per_node is None:
         if hardware is not None:

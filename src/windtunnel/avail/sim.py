@@ -362,6 +362,10 @@ def simulate_variants(scenario: Scenario, mechanics: list[Mechanics], replicatio
 
         raise WindtunnelError(f"Field 'replications' must be a positive whole number, got {replications!r}.",
                               field="replications")
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        from windtunnel.specs.errors import WindtunnelError
+
+        raise WindtunnelError(f"Field 'seed' must be a whole number >= 0, got {seed!r}.", field="seed")
     sizes = chunk_plan(scenario, replications)
     seqs = np.random.SeedSequence(seed).spawn(len(sizes))
     parts: list[list[dict[str, np.ndarray]]] = [[] for _ in mechanics]
