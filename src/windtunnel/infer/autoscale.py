@@ -32,13 +32,13 @@ from dataclasses import replace
 
 import numpy as np
 
-from windtunnel.infer.deployment import parse_deployment, resolve_deployment
-from windtunnel.infer.metrics import SLO, parse_slo, summarise
+from windtunnel.infer.deployment import parse_deployment
+from windtunnel.infer.dynamic import replay
+from windtunnel.infer.metrics import SLO, parse_slo
 from windtunnel.infer.sim import EV_CONTROL, Instance, Simulator
 from windtunnel.infer.traffic import Workload, parse_traffic
 from windtunnel.infer.units import parse_seconds
 from windtunnel.specs.errors import WindtunnelError
-from windtunnel.specs.hardware import load_hardware
 from windtunnel.specs.model import ModelSpec, load_model
 
 
@@ -222,13 +222,7 @@ def _scaled(deployment, factor: float):
 
 
 def _run(model: ModelSpec, hardware: str, deployment, workload: Workload, slo: SLO, controller=None) -> tuple:
-    plans = resolve_deployment(model, hardware, deployment)
-    devices = sum(p.total_devices for p in plans)
-    sim = Simulator(model, plans, workload, deployment.router, transfer_cluster=load_hardware(hardware, devices),
-                    controller=controller)
-    out = sim.run()
-    result = summarise(out, model=model.id, hardware=hardware, deployment=deployment.text(), traffic={}, slo=slo, seed=0,
-                       devices=devices, pools=[], class_names=workload.class_names, assumptions=[])
+    sim, out, result, devices = replay(model, hardware, deployment, workload, slo, controller)
     end = float(np.max(out.finish)) if out.finish.size else 0.0
     if controller is not None:
         controller.finish(sim, end)

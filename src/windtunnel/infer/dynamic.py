@@ -152,7 +152,9 @@ def _sized(deployment: Deployment, prefill: int, decode: int) -> Deployment:
                       router=deployment.router)
 
 
-def _run(model: ModelSpec, hardware: str, deployment: Deployment, workload: Workload, slo: SLO, controller=None):
+def replay(model: ModelSpec, hardware: str, deployment: Deployment, workload: Workload, slo: SLO, controller=None):
+    """Serve ``workload`` on ``deployment`` (with ``controller`` acting on it, if given): (simulator, its raw
+    output, the summary, devices the deployment holds at the start)."""
     plans = resolve_deployment(model, hardware, deployment)
     devices = sum(p.total_devices for p in plans)
     sim = Simulator(model, plans, workload, deployment.router, transfer_cluster=load_hardware(hardware, devices),
@@ -160,7 +162,11 @@ def _run(model: ModelSpec, hardware: str, deployment: Deployment, workload: Work
     out = sim.run()
     result = summarise(out, model=model.id, hardware=hardware, deployment=deployment.text(), traffic={}, slo=slo, seed=0,
                        devices=devices, pools=[], class_names=workload.class_names, assumptions=[])
-    return result
+    return sim, out, result, devices
+
+
+def _run(model: ModelSpec, hardware: str, deployment: Deployment, workload: Workload, slo: SLO, controller=None):
+    return replay(model, hardware, deployment, workload, slo, controller)[2]
 
 
 def _row(result, prefill: int, total: int) -> dict:
