@@ -26,7 +26,7 @@ def small_dense() -> ModelSpec:
 
 
 def run_cli(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
-    """Run ``python -m windtunnel.cli ARGS`` the way a user would (main() maps errors to exit code 2)."""
+    """Run ``python -m windtunnel.cli.app ARGS`` the way a user would (main() maps errors to exit code 2)."""
     return subprocess.run([sys.executable, "-m", "windtunnel.cli", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=str(REPO))
 

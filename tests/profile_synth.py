@@ -43,7 +43,7 @@ def synthetic_rows(shapes=SHAPES) -> list[dict]:
 
 def measured_rows(hidden: dict[str, float] = HIDDEN, shapes=SHAPES) -> tuple[list[dict], dict[str, float]]:
     """Rows whose values are simulated with the priors times ``hidden``; also the true values."""
-    from windtunnel.fit_profile import Fitter, select_members
+    from windtunnel.calibrate.fit import Fitter, select_members
     from windtunnel.profile import prior_value
 
     rows = synthetic_rows(shapes)

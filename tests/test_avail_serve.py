@@ -5,7 +5,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from windtunnel.cli import app
+from windtunnel.cli.app import app
 from windtunnel.serve_avail import serve_availability
 from windtunnel.specs.errors import WindtunnelError
 

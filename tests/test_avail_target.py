@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from windtunnel.avail.scenario import make_scenario
 from windtunnel.avail.target import availability_target, scaled_rates
-from windtunnel.cli import app
+from windtunnel.cli.app import app
 
 BASE = dict(step_time_s=10.0, horizon_s=20 * 86400.0, devices_per_node=8)
 

@@ -232,7 +232,7 @@ def test_nonpositive_seq_len_or_batch_is_a_clear_error(cli, flag, value):
 def test_validation_skips_a_precision_it_does_not_model():
     """A row in a precision the model has no peak or kernels for (e.g. NVFP4) is skipped with the
     reason, never silently costed in bf16."""
-    from windtunnel.validation import build_job
+    from windtunnel.validation.training import build_job
 
     text = (REPO / "validation" / "training_runs.csv").read_text(encoding="utf-8")
     row = next(r for r in csv.DictReader(io.StringIO(text)) if r["id"] == "67")

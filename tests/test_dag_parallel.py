@@ -131,7 +131,7 @@ def test_train_simulate_cli_with_batch_shape(cli):
 
 
 def test_forward_only_serving_of_a_dag(cli):
-    from windtunnel.graph.dag_infer import simulate_dag_inference
+    from windtunnel.train.dag_forward import simulate_dag_inference
 
     one = simulate_dag_inference("onnx:resnet50", "a100-80g", 8, batch=64)
     assert one["latency_s"] > 0 and one["samples_per_s"] == pytest.approx(8 * 64 / one["latency_s"])

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import assert_one_clear_error
 from windtunnel.infer.api import simulate_serving
-from windtunnel.serve_explain import explain_serving
+from windtunnel.infer.explain import explain_serving
 
 TRAFFIC = "poisson:rate={rate},input=lognormal(2000,0.8),output=lognormal(400,1.0)"
 ARGS = ["--model", "llama3-70b", "--hardware", "h100-sxm", "--deployment", "mixed:tp=8,replicas=2"]

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from conftest import assert_one_clear_error, tiny_training_csv
-from windtunnel.report.accuracy import RowResult
-from windtunnel.report.fidelity import FileResults, over_memory, rank_pairs, ranking, slice_stats
+from windtunnel.validation.fidelity import FileResults, over_memory, rank_pairs, ranking, slice_stats
+from windtunnel.validation.rows import RowResult
 
 TINY_IDS = ("21", "23", "24", "11")  # a calibration row, two GPT-3 175B step times on 64 A100s, one H100 TFLOP/s row
 

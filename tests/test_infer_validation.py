@@ -8,9 +8,9 @@ import hashlib
 import pytest
 
 from conftest import REPO, assert_one_clear_error
-from windtunnel.infer.validation import read_rows, summarize, validate_rows
 from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.yamlio import catalog_dir
+from windtunnel.validation.inference import read_rows, summarize, validate_rows
 
 
 @pytest.fixture(scope="module")

@@ -5,10 +5,10 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from windtunnel.cli import app
-from windtunnel.job import JobInputs, Phase, job_timeline, parse_phase, rehearse_job
-from windtunnel.job_costs import checkpoint_cost
-from windtunnel.job_units import parse_bandwidth, parse_device_hour_price, parse_tokens
+from windtunnel.cli.app import app
+from windtunnel.job.costs import checkpoint_cost
+from windtunnel.job.run import JobInputs, Phase, job_timeline, parse_phase, rehearse_job
+from windtunnel.job.units import parse_bandwidth, parse_device_hour_price, parse_tokens
 from windtunnel.specs.errors import WindtunnelError
 
 PHASE = Phase(name="p", seq_len=4096, tokens=2e11, global_batch=256, plan="tp=2,pp=1")

@@ -4,7 +4,7 @@ import json
 
 from typer.testing import CliRunner
 
-from windtunnel.cli import app
+from windtunnel.cli.app import app
 
 
 def test_search_with_faults_ranks_by_goodput(tmp_path):

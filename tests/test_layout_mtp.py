@@ -4,10 +4,10 @@ import pytest
 
 from windtunnel.api import simulate_training
 from windtunnel.specs.errors import WindtunnelError
+from windtunnel.specs.layout import expand_layout, stage_modules
 from windtunnel.specs.model import load_model, model_from_hf_config
 from windtunnel.specs.plan import parse_plan
 from windtunnel.train.flops import model_flops_per_token
-from windtunnel.train.layout import expand_layout, stage_modules
 
 DSV3 = dict(seq_len=4096, global_batch=512, moe_imbalance=1.0)
 DSV3_PLAN = "tp=1,pp=16,ep=8,mbs=1,precision=fp8,recompute=selective,dispatcher=alltoall"

@@ -17,7 +17,7 @@ from windtunnel.specs.plan import parse_plan
 from windtunnel.specs.stack import load_stack
 from windtunnel.train.memory import interleaved_peak, layer_saved_bytes, shared_input_bytes
 from windtunnel.train.step import TrainingJob, _StepBuilder, simulate
-from windtunnel.validation import read_rows, validate_rows
+from windtunnel.validation.training import read_rows, validate_rows
 
 REPORT = Path(__file__).resolve().parents[1] / "validation" / "memory_runs.csv"
 SEQ, MBS = 2048, 2

@@ -13,7 +13,7 @@ from windtunnel.specs.hardware import load_hardware
 from windtunnel.specs.plan import parse_plan
 from windtunnel.specs.stack import load_stack
 from windtunnel.train.step import TrainingJob, simulate
-from windtunnel.validation import read_rows, validate_rows
+from windtunnel.validation.training import read_rows, validate_rows
 
 GIB = 2**30
 REPORT = Path(__file__).resolve().parents[1] / "validation" / "memory_runs.csv"

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from windtunnel import validation
 from windtunnel.graph.transformer import Sharding, embedding_forward, layer_forward
 from windtunnel.specs.model import load_model
+from windtunnel.validation import training as validation
 
 
 def _names(graph) -> set[str]:

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from profile_synth import CHIP, HIDDEN, measured_rows
-from windtunnel.fit_profile import fit_profile
+from windtunnel.calibrate.fit import fit_profile
 from windtunnel.profile import (
     PARAMETERS,
     FittedParameter,
@@ -132,7 +132,7 @@ def test_prior_value_reads_catalog_and_shipped_calibration():
 
 def test_small_rows_predict_the_big_ones_better_except_what_only_big_rows_exercise():
     """Fit on the <= 16-device rows of the hidden profile, score the 64- and 128-device rows."""
-    from windtunnel.profile_report import compare_rows
+    from windtunnel.calibrate.report import compare_rows
 
     rows, _ = measured_rows()
     profile = fit_profile(rows, small=16, loo=False)

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from conftest import DATA
 from profiling_synth import probe_record
-from windtunnel.cli_profiling import register
+from windtunnel.cli.profiling import register
 from windtunnel.profile import load_profile, package_dir, prior_value
 from windtunnel.profiling.fit_probe import fit_probe
 from windtunnel.profiling.probe import detect_chip, run_probe

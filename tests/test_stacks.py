@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from windtunnel.api import simulate_training
-from windtunnel.cli import app
+from windtunnel.cli.app import app
 from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.plan import Plan
 from windtunnel.specs.stack import load_stack, stack_names, with_stack_defaults

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from windtunnel.report.accuracy import RowResult
-from windtunnel.report.bands import derive_bands, quantile, step_time_ratio
 from windtunnel.train.uncertainty import assess, load_bands
+from windtunnel.validation.bands import derive_bands, quantile, step_time_ratio
+from windtunnel.validation.rows import RowResult
 
 NEMO_RATIOS = [0.9, 0.95, 1.0, 1.05, 1.1, 1.2]  # measured / predicted step time of six validation rows
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from windtunnel import validation
+from windtunnel.validation import training as validation
 
 
 def _bloom_row() -> dict:

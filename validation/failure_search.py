@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from windtunnel.job import JobInputs
-from windtunnel.job_search import rank_with_faults
+from windtunnel.job.run import JobInputs
+from windtunnel.job.search import rank_with_faults
 from windtunnel.search.backends import make_backend
 from windtunnel.specs.hardware import load_hardware
 from windtunnel.specs.model import load_model

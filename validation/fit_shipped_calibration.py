@@ -1,7 +1,7 @@
 """Developer script: regenerate the shipped calibration (src/windtunnel/catalog/calibration.yaml).
 
 Run: `.venv/bin/python validation/fit_shipped_calibration.py` (seconds). It fits GEMM and attention
-efficiencies on the calibration rows of the committed training CSVs (windtunnel.calibration.calibrate)
+efficiencies on the calibration rows of the committed training CSVs (windtunnel.calibrate.shipped.calibrate)
 and rewrites the package's catalog/calibration.yaml; re-running it on unchanged code and data leaves
 the file byte-identical (check with `git diff`). Users never run this: `windtunnel calibrate training
 ... --out PROFILE` writes a profile of their own cluster and never touches the package.
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from windtunnel.calibration import calibrate
-from windtunnel.validation import read_rows
+from windtunnel.calibrate.shipped import calibrate
+from windtunnel.validation.training import read_rows
 
 HERE = Path(__file__).parent
 CSVS = ("training_runs.csv", "training_runs_2.csv")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from windtunnel.job import JobInputs, Phase, rehearse_job
+from windtunnel.job.run import JobInputs, Phase, rehearse_job
 
 RUNS = [
     {
@@ -152,7 +152,7 @@ def main(out: Path = Path(__file__).with_name("JOB_REPORT.md")) -> None:
                      + f" | {doc['time_to_train_days']:.1f} | {doc['interruptions']:.0f} |")
         energy = ("" if doc["energy_kwh"] is None else
                   f"- energy (a): {doc['energy_kwh'] / 1e6:.2f} GWh of device energy at PUE 1 (the rule in "
-                  f"windtunnel.job_costs); the published device-hours at the chip's {run_power(run):g} W board power "
+                  f"windtunnel.job.costs); the published device-hours at the chip's {run_power(run):g} W board power "
                   f"(the basis model cards use for emissions) give {pub * run_power(run) / 1e9:.2f} GWh")
         details += [f"## {run['id']}: {run['name']}", "", f"- published: {run['published']}", *([energy] if energy else []),
                     *(f"- phase {p['name']}: plan `{p['plan']}`; step {p['step_time_s']:.3g} s, {p['tokens_per_s']:.4g} "

@@ -55,7 +55,7 @@ NOTES = [
 
 
 def csv_cases() -> list[tuple]:
-    from windtunnel.validation import build_job
+    from windtunnel.validation.training import build_job
 
     rows = {r["id"]: r for r in csv.DictReader((HERE / "training_runs.csv").open())}
     cases = []

@@ -17,7 +17,7 @@ catalog priors alone (no fitted values, a cluster windtunnel has never seen); th
 over the priors. The figures are medians of |error| over the large rows.
 
 The fit's measurement scale is 5% or, where larger, the model's own misfit on the small rows
-(windtunnel.fit_profile.DATA_SIGMA). That scaling was adopted after a first version of this report,
+(windtunnel.calibrate.fit.DATA_SIGMA). That scaling was adopted after a first version of this report,
 with the scale fixed at 5%, had been seen; so the report also shows the fixed-scale figures.
 """
 
@@ -28,10 +28,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from windtunnel.fit_profile import fit_profile
+from windtunnel.calibrate.fit import fit_profile
 from windtunnel.profile import Profile, overlay, shipped_fitted
 from windtunnel.specs.yamlio import write_atomic
-from windtunnel.validation import read_rows, validate_rows
+from windtunnel.validation.training import read_rows, validate_rows
 
 HERE = Path(__file__).parent
 CSV = HERE / "training_runs_2.csv"

@@ -12,21 +12,21 @@ from typing import TYPE_CHECKING
 
 from windtunnel.graph.capture import capture
 from windtunnel.graph.dag import DagModel, load_dag
+from windtunnel.graph.resolve import resolve_model
 from windtunnel.profile import Profile, apply_profile
 from windtunnel.specs.hardware import Cluster, load_hardware
 from windtunnel.specs.model import ModelSpec, load_model
 from windtunnel.specs.plan import Plan, parse_plan
-from windtunnel.specs.yamlio import read_yaml
 from windtunnel.train.result import TrainingResult
-from windtunnel.train.step import TrainingJob, dag_stub_model, simulate
+from windtunnel.train.step import TrainingJob, simulate
 from windtunnel.train.uncertainty import annotate
 
 __all__ = ["load_hardware", "load_model", "load_dag", "capture", "parse_plan", "simulate_training", "TrainingResult",
            "TrainingJob",
            "failure_aware_goodput", "simulate_serving", "search_serving", "compare_dynamic", "validate_inference"]
 if TYPE_CHECKING:
-    from windtunnel.infer.api import compare_dynamic, search_serving, simulate_serving, validate_inference
-_SERVING = ("simulate_serving", "search_serving", "compare_dynamic", "validate_inference")
+    from windtunnel.infer.api import compare_dynamic, search_serving, simulate_serving
+_SERVING = ("simulate_serving", "search_serving", "compare_dynamic")
 
 
 def __getattr__(name: str):
@@ -46,33 +46,6 @@ def resolve_cluster(hardware: str | Cluster, devices: int | None) -> Cluster:
     if devices is None:
         raise ValueError("devices is required when hardware is given by name")
     return load_hardware(hardware, devices)
-
-
-def resolve_model(model, batch_shape: str | dict | None = None) -> tuple[ModelSpec, DagModel | None]:
-    """A model argument as (ModelSpec, operator DAG or None): catalog id, model YAML, HF config.json,
-    an operator-DAG YAML (a file with a ``layer:`` list of operators), or an ONNX model (``X.onnx`` or a
-    shipped ``onnx:NAME``, a GraphModel) whose symbolic dimensions ``batch_shape`` binds
-    (``"nodes=2048,edges=16384"`` or a dict)."""
-    from windtunnel.graph.graph_model import GraphModel, onnx_path
-    from windtunnel.graph.onnx_import import parse_batch_shape
-
-    if isinstance(model, ModelSpec):
-        return model, None
-    if isinstance(model, DagModel):
-        return dag_stub_model(model), model
-    if isinstance(model, GraphModel):
-        return model.stub(), model
-    if onnx_path(str(model)) is not None:
-        shape = batch_shape if isinstance(batch_shape, dict) else parse_batch_shape(batch_shape)
-        graph = GraphModel(onnx_path(str(model)), shape)
-        return graph.stub(), graph
-    path = Path(model)
-    if path.suffix in (".yaml", ".yml") and path.exists():
-        doc = read_yaml(path)
-        if isinstance(doc, dict) and isinstance(doc.get("layer"), list):
-            dag = load_dag(path)
-            return dag_stub_model(dag), dag
-    return load_model(model), None
 
 
 def simulate_training(
@@ -220,3 +193,11 @@ def failure_aware_goodput(
         for rank, r in enumerate(sorted(ok, key=lambda r, key=key: -r[key]), start=1):
             r[rank_key] = rank
     return rows
+
+
+def validate_inference(csv_path: str | Path) -> dict:
+    """Predict every row of an inference-measurement CSV: {'rows': [...], 'summary': {...}}."""
+    from windtunnel.validation.inference import read_rows, summarize, validate_rows
+
+    results = validate_rows(read_rows(csv_path))
+    return {"rows": [r.as_dict() for r in results], "summary": summarize(results)}

@@ -6,7 +6,7 @@ Two engines over one set of mechanics (``scenario.Mechanics``): an exact continu
 sources live in ``catalog/faults``. ``target`` answers what reaches an availability target from a
 scenario; ``failslow`` models evicting slow components as a policy choice. This package never imports
 another pillar: it takes a step time as a number; ``windtunnel.api.failure_aware_goodput``,
-``windtunnel.job`` (``train job``) and ``windtunnel.serve_avail`` combine it with Sim2Train and Sim2Infer.
+``windtunnel.job.run`` (``train job``) and ``windtunnel.serve_avail`` combine it with Sim2Train and Sim2Infer.
 """
 
 from __future__ import annotations

@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from windtunnel.graph.ops import COLLECTIVES, Op, OpGraph
 from windtunnel.specs.errors import WindtunnelError
+from windtunnel.specs.model import ModelSpec
 from windtunnel.specs.validation import build
 from windtunnel.specs.yamlio import read_yaml
 
@@ -182,3 +183,7 @@ def load_dag(path: str | Path) -> DagModel:
     return model
 
 
+def dag_stub_model(dag: DagModel) -> ModelSpec:
+    """A ModelSpec carrying only what the pipeline needs from an operator-DAG model (layers, width)."""
+    return ModelSpec(id=dag.name, name=dag.name, layers=dag.layers, hidden=dag.hidden, ffn_hidden=dag.hidden,
+                     heads=1, vocab=1, sources={"shape": "operator DAG file"})

@@ -12,7 +12,7 @@ from windtunnel.infer.traffic import Workload, parse_traffic
 from windtunnel.specs.hardware import Cluster, load_hardware
 from windtunnel.specs.model import ModelSpec, load_model
 
-__all__ = ["simulate_serving", "search_serving", "compare_dynamic", "validate_inference", "ServingResult",
+__all__ = ["simulate_serving", "search_serving", "compare_dynamic", "ServingResult",
            "parse_deployment", "parse_traffic", "parse_slo"]
 
 
@@ -157,12 +157,3 @@ def compare_dynamic(*args, **kwargs) -> dict:
     from windtunnel.infer.dynamic import compare_dynamic as run
 
     return run(*args, **kwargs)
-
-
-def validate_inference(csv_path: str | Path) -> dict:
-    """Predict every row of an inference-measurement CSV: {'rows': [...], 'summary': {...}}."""
-    from windtunnel.infer.validation import read_rows, summarize, validate_rows
-
-    results = validate_rows(read_rows(csv_path))
-    return {"rows": [r.as_dict() for r in results], "summary": summarize(results)}
-

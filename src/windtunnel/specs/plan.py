@@ -7,7 +7,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
 
 from windtunnel.specs.errors import WindtunnelError
+from windtunnel.specs.layout import stage_modules
 from windtunnel.specs.model import ModelSpec
+from windtunnel.specs.modules import OFFLOAD_MODULES, RECOMPUTE_MODULES
 
 Recompute = Literal["none", "selective", "full"]
 Schedule = Literal["1f1b", "interleaved", "dualpipe"]
@@ -326,8 +328,6 @@ def _check_layout(plan: Plan, model: ModelSpec | None) -> None:
         raise WindtunnelError(f"Plan field '{field}' needs a transformer model; an operator-DAG model has no "
                               "embedding/MTP/loss modules to place (leave it out).", field=field)
     if plan.layout:
-        from windtunnel.train.layout import stage_modules
-
         # DualPipe runs pp stages, stage i on rank i and, mirrored, on rank pp-1-i.
         stages = plan.pp if plan.pipeline_schedule == "dualpipe" else plan.pp * plan.vpp
         stage_modules(model, plan.layout, stages, model.mtp_layers if plan.mtp is None else plan.mtp)
@@ -400,8 +400,6 @@ def _check_batch(plan: Plan, devices: int, seq_len: int, global_batch: int, dp: 
             fail("ep_overlap", "Plan field 'ep_overlap' pairs a forward with an earlier micro-batch's backward, so it "
                  f"needs at least 2 micro-batches per step, got {micro_batches}.")
     if plan.recompute_modules:
-        from windtunnel.train.layers import RECOMPUTE_MODULES
-
         if plan.recompute != "selective":
             fail("recompute_modules", f"Plan field 'recompute_modules' ({plan.recompute_modules}) applies to "
                  f"recompute=selective only, got recompute={plan.recompute}.")
@@ -410,8 +408,6 @@ def _check_batch(plan: Plan, devices: int, seq_len: int, global_batch: int, dp: 
             fail("recompute_modules", f"Plan field 'recompute_modules' has unknown module(s) {', '.join(bad)}; valid: "
                  f"{', '.join(RECOMPUTE_MODULES)}, joined by '+' (e.g. layernorm+moe_act).")
     if plan.offload_modules:
-        from windtunnel.train.memory import OFFLOAD_MODULES
-
         bad = [m for m in plan.offload_modules.split("+") if m not in OFFLOAD_MODULES]
         if bad:
             fail("offload_modules", f"Plan field 'offload_modules' has unknown module(s) {', '.join(bad)}; valid: "

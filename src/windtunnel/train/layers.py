@@ -30,7 +30,6 @@ MLA_SELECTIVE_OPS = ("q_up_proj", "kv_up_proj", "rope")
 # others re-run a module and drop its output as well (Megatron's "output-discarding" recompute,
 # used for the cheap memory-bound and up-projection modules): the operators that consume it no
 # longer keep their input.
-RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "moe_act", "mlp")
 _REGION_MODULES = ("core_attn", "mlp")
 
 

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from windtunnel.specs.modules import OFFLOAD_MODULES
+
 WEIGHT_BYTES = 2.0
 GRAD_BYTES = 4.0
 MASTER_BYTES = 4.0
@@ -202,21 +204,6 @@ def op_checkpoint_saved_bytes(graph, model, cp: int = 1, tp: int = 1, *, save_at
         elif op.kind == "reduce_scatter" and op.group == "tp":
             saved += op.bytes_moved / tp  # the reduce-scatter's output: the full buffer over the TP group
     return saved
-
-
-# Megatron-Core's fine-grained activation offloading (--fine-grained-activation-offloading
-# --offload-modules; docs/source/api-guide/fine_grained_activation_offloading.md, PR #1913): each named
-# module's saved-for-backward tensors go to host memory once its forward is done and come back before
-# its backward, the copies overlapping compute. Module -> the graph operators whose saved bytes those are.
-OFFLOAD_MODULES = {
-    "attn_norm": ("attn_norm",),
-    "qkv_linear": ("qkv_proj", "q_down_proj", "kv_down_proj"),
-    "core_attn": ("core_attention", "core_attention_ring"),
-    "attn_proj": ("out_proj",),
-    "mlp_norm": ("mlp_norm", "moe_norm"),
-    "expert_fc1": ("experts.up_proj",),
-    "moe_act": ("experts.act", "experts.act_clamp"),
-}
 
 
 def offloaded_module_bytes(builder, kind: str, mode: str) -> float:

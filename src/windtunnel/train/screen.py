@@ -24,7 +24,7 @@ def _stage_layout(layers: int, dense_layers: int, pp: int, vpp: int, dualpipe: b
     summed over the rank's chunks, with the step simulation's split (extras to the middle chunks). An MTP
     module on the last chunk counts as one more layer of the last layer's kind plus, in the last column,
     one more output layer and loss (whose weights are the main head's)."""
-    from windtunnel.train.layout import even_split
+    from windtunnel.specs.layout import even_split
 
     kinds = ["dense"] * dense_layers + ["moe"] * (layers - dense_layers)
     chunks = pp if dualpipe else pp * vpp

@@ -24,13 +24,13 @@ from windtunnel.graph.transformer import (
 )
 from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.hardware import Cluster
+from windtunnel.specs.layout import LAYER_KINDS, stage_modules
 from windtunnel.specs.model import ModelSpec
 from windtunnel.specs.plan import Plan, validate_plan
 from windtunnel.specs.stack import DEFAULT_STACK, Stack, load_stack, with_stack_defaults
 from windtunnel.train.assumptions import step_assumptions
 from windtunnel.train.flops import model_flops_per_token
 from windtunnel.train.layers import ZERO, LayerCoster, Played, backward_with_recompute
-from windtunnel.train.layout import LAYER_KINDS, stage_modules
 from windtunnel.train.memory import WEIGHT_BYTES, StateBytes, layer_saved_bytes, step_memory
 from windtunnel.train.pipeline_play import PipelinePlay
 from windtunnel.train.placement import Placement, place_plan
@@ -97,12 +97,6 @@ def _dag_graphs(dag: DagModel, shard: Sharding, builder=None) -> dict[str, OpGra
             "seq_len, or rewrite the DAG's sizes.", field="tokens_per_micro_batch")
     graphs = {"dense": dag.graph("layer"), "embedding": dag.graph("first_stage"), "head": dag.graph("last_stage")}
     return {kind: captured(graph, [], shard.cuda_graphs) for kind, graph in graphs.items()}
-
-
-def dag_stub_model(dag: DagModel) -> ModelSpec:
-    """A ModelSpec carrying only what the pipeline needs from an operator-DAG model (layers, width)."""
-    return ModelSpec(id=dag.name, name=dag.name, layers=dag.layers, hidden=dag.hidden, ffn_hidden=dag.hidden,
-                     heads=1, vocab=1, sources={"shape": "operator DAG file"})
 
 
 class _StepBuilder(PipelinePlay):

@@ -29,12 +29,12 @@ from windtunnel.infer.deployment import InstanceSpec, resolve_instance, serving_
 from windtunnel.infer.iteration import IterationModel
 from windtunnel.infer.sim import Simulator
 from windtunnel.infer.traffic import Workload
-from windtunnel.report.accuracy import RowResult, read_csv_rows
-from windtunnel.report.accuracy import summarize as summarize  # part of this module's interface
 from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.hardware import chip_names, load_chip
 from windtunnel.specs.model import ModelSpec, load_model
 from windtunnel.specs.yamlio import catalog_dir, write_atomic
+from windtunnel.validation.rows import RowResult, read_csv_rows
+from windtunnel.validation.rows import summarize as summarize  # part of this module's interface
 
 METRICS = ("prefill_tokens_per_s_per_device", "decode_tokens_per_s_per_device", "output_tokens_per_s_per_device",
            "ttft_s", "tpot_s", "itl_s", "e2e_latency_s")
@@ -375,7 +375,7 @@ def calibrate(rows: list[dict], *, write: bool = True, out: str | Path | None = 
 
 
 def report_markdown(results: list[RowResult], summary: dict, csv_path: str) -> str:
-    """The accuracy report as Markdown (windtunnel.infer.validation_report)."""
-    from windtunnel.infer.validation_report import report_markdown as build
+    """The accuracy report as Markdown (windtunnel.validation.inference_report)."""
+    from windtunnel.validation.inference_report import report_markdown as build
 
     return build(results, summary, csv_path)

@@ -26,14 +26,14 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from windtunnel.job_costs import (
+from windtunnel.job.costs import (
     DEFAULT_IDLE_FRACTION,
     IDLE_REASON,
     busy_fraction,
     checkpoint_cost,
     phase_energy_kwh,
 )
-from windtunnel.job_units import format_tokens, parse_tokens
+from windtunnel.job.units import format_tokens, parse_tokens
 from windtunnel.specs.errors import WindtunnelError
 
 PHASE_KEYS = {"seq": "seq_len", "seq-len": "seq_len", "seq_len": "seq_len", "tokens": "tokens",
@@ -255,7 +255,7 @@ def _searched_phase(inp: JobInputs, phase: Phase) -> tuple[Phase, dict]:
     """``plan=search``: Sim2Train's plan search for the phase, its refined plans ranked by goodput after the
     job's faults (``job_search``); the phase runs the best plan with faults."""
     from windtunnel.api import resolve_model
-    from windtunnel.job_search import rank_with_faults
+    from windtunnel.job.search import rank_with_faults
     from windtunnel.search.backends import make_backend
     from windtunnel.specs.hardware import load_hardware
     from windtunnel.specs.stack import load_stack

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from windtunnel.profile import Profile, check_applies, fitted_override, load_profile
-from windtunnel.report.accuracy import RowResult
 from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.stack import DEFAULT_STACK
-from windtunnel.validation import summarize, validate_rows
+from windtunnel.validation.rows import RowResult
+from windtunnel.validation.training import summarize, validate_rows
 
 
 @dataclass
@@ -111,7 +111,7 @@ def print_comparison(comparison: Comparison, console, title: str) -> None:
     """The before/after table and the held-out summary line."""
     from rich.table import Table
 
-    from windtunnel.report.accuracy import apct, num, pct
+    from windtunnel.validation.rows import apct, num, pct
 
     table = Table(title=title)
     for column in ("id", "devices", "measured", "before", "error before", "after", "error after", "profile"):

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from windtunnel.report.accuracy import RowResult, read_csv_rows
-from windtunnel.report.accuracy import summarize as summarize  # part of this module's interface
 from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.hardware import chip_names, load_chip, load_hardware
 from windtunnel.specs.model import ModelSpec, load_model
@@ -19,6 +17,8 @@ from windtunnel.specs.plan import Plan, parse_plan
 from windtunnel.specs.stack import DEFAULT_STACK, load_stack, stack_names, with_stack_defaults
 from windtunnel.train.flops import model_flops_per_token
 from windtunnel.train.step import TrainingJob, simulate
+from windtunnel.validation.rows import RowResult, read_csv_rows
+from windtunnel.validation.rows import summarize as summarize  # part of this module's interface
 
 # peak_memory_gib: a published peak device memory (GiB, 2**30 bytes) of the run, scored against the
 # modelled peak_memory_bytes (validation/memory_runs.csv).
@@ -358,7 +358,7 @@ def validate_rows(rows: list[dict], *, fitted_override: dict | None = None, only
 
 def report_markdown(results: list[RowResult], summary: dict, csv_path: str) -> str:
     """The accuracy table as Markdown (validation/REPORT.md)."""
-    from windtunnel.report.accuracy import (
+    from windtunnel.validation.rows import (
         error_cell,
         far_off_lines,
         num,
@@ -408,10 +408,3 @@ def _analyst_notes(csv_path: str) -> dict[str, str]:
         return {}
     doc = read_yaml(path) or {}
     return {str(k): str(v) for k, v in (doc.get("notes") or {}).items()}
-
-
-def calibrate(rows: list[dict], *, write: bool = True) -> dict:
-    """Fit efficiencies on the calibration rows (see :func:`windtunnel.calibration.calibrate`)."""
-    from windtunnel.calibration import calibrate as fit
-
-    return fit(rows, write=write)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 import io
 
-from windtunnel.job_units import format_tokens
+from windtunnel.job.units import format_tokens
 
 _STATE_COLOUR = {"detection": "#e6a23c", "waiting_for_repair": "#c0392b", "restart": "#d35400"}
 

@@ -27,7 +27,7 @@ from windtunnel.specs.errors import WindtunnelError, choices_text
 from windtunnel.specs.hardware import chip_names
 from windtunnel.specs.stack import DEFAULT_STACK, load_stack, stack_names
 from windtunnel.train.step import TrainingJob
-from windtunnel.validation import build_job, predict_metric
+from windtunnel.validation.training import build_job, predict_metric
 
 # Scale of a row's log error the fit expects from measurement noise (5%: the spread of repeated
 # published throughput figures of one configuration, e.g. llm-foundry's 128- vs 512-GPU rows of one

@@ -246,7 +246,7 @@ def optimize_cmd(
                           f"{r['availability']:.4%}", f"{r['ettr']:.4%}")
         console.print(table)
     if "target" in out:
-        from windtunnel.cli_avail_target import print_target
+        from windtunnel.cli.avail_target import print_target
 
         print_target(out["target"], console)
 
@@ -263,7 +263,7 @@ def target_cmd(
     """What reaches a target availability (and ETTR) from these inputs: failure rate, detection, restart,
     repair, spares, checkpoint interval, each moved alone (Markov); the chosen point re-simulated."""
     from windtunnel.avail.target import availability_target
-    from windtunnel.cli_avail_target import print_target
+    from windtunnel.cli.avail_target import print_target
 
     out = availability_target(sc, availability=availability, ettr=ettr, replications=replications, seed=seed)
     if as_json:
@@ -347,7 +347,7 @@ def serve_cmd(
     from windtunnel.specs.errors import WindtunnelError
 
     if deployment is not None:
-        from windtunnel.cli_avail_target import print_serve
+        from windtunnel.cli.avail_target import print_serve
         from windtunnel.serve_avail import serve_availability
 
         if model is None or hardware is None or traffic is None:

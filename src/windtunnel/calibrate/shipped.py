@@ -1,10 +1,10 @@
 """The shipped calibration: fit GEMM and attention efficiencies on the calibration rows of the committed
 training CSVs, per hardware generation and chip, and per stack calibration family.
 
-Rows are chosen by :func:`windtunnel.validation.row_role` (a dense model on a single node); the
+Rows are chosen by :func:`windtunnel.validation.training.row_role` (a dense model on a single node); the
 fitted values go to the package's catalog/calibration.yaml and replace the priors of
 catalog/efficiency.yaml. Only the developer script validation/fit_shipped_calibration.py writes it;
-users fit profiles of their own clusters (windtunnel.fit_profile, `calibrate training --out`).
+users fit profiles of their own clusters (windtunnel.calibrate.fit, `calibrate training --out`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from windtunnel.specs.hardware import chip_names
 from windtunnel.specs.stack import load_stack
 from windtunnel.specs.yamlio import catalog_dir, write_atomic
 from windtunnel.train.step import TrainingJob
-from windtunnel.validation import build_job, predict_metric, row_role
+from windtunnel.validation.training import build_job, predict_metric, row_role
 
 DEFAULT_FAMILY = "megatron"  # calibration family whose fits are the chips' defaults
 

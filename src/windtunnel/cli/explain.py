@@ -82,7 +82,7 @@ def print_explain(document: dict, out: Console) -> None:
 
 def register(train_app: typer.Typer, app: typer.Typer) -> None:
     """Add `train explain`, `train sensitivity`, `infer explain` and `compare train` to the CLI."""
-    from windtunnel.cli_infer import infer_app
+    from windtunnel.cli.infer import infer_app
 
     train_app.command("explain")(train_explain)
     train_app.command("sensitivity")(train_sensitivity)
@@ -103,7 +103,7 @@ def infer_explain(
     as_json: bool = typer.Option(False, "--json", help="Print the verdict and remedies as JSON."),
 ) -> None:
     """Name what bounds TTFT and TPOT (and whether the deployment is overloaded); propose simulated changes."""
-    from windtunnel.serve_explain import explain_serving
+    from windtunnel.infer.explain import explain_serving
 
     document = explain_serving(model, hardware, deployment, traffic, slo=slo, seed=seed, what_if=what_if or None,
                                top=top)

@@ -19,8 +19,8 @@ from typing import Any
 
 import yaml
 
-from windtunnel.report.accuracy import RowResult
 from windtunnel.train.uncertainty import ALL, coarse_key, slice_key
+from windtunnel.validation.rows import RowResult
 
 MIN_ROWS = 5
 QUANTILES = (0.10, 0.90)

@@ -9,14 +9,14 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from windtunnel.cli_avail import avail_app
-from windtunnel.cli_calibrate import calibrate_training_cmd
-from windtunnel.cli_explain import register as register_explain
-from windtunnel.cli_graph import BATCH_SHAPE_HELP
-from windtunnel.cli_graph import register as register_graph
-from windtunnel.cli_infer import infer_app, validate_inference_cmd
-from windtunnel.cli_job import register as register_job
-from windtunnel.cli_profiling import register as register_profiling
+from windtunnel.cli.avail import avail_app
+from windtunnel.cli.calibrate import calibrate_training_cmd
+from windtunnel.cli.explain import register as register_explain
+from windtunnel.cli.graph import BATCH_SHAPE_HELP
+from windtunnel.cli.graph import register as register_graph
+from windtunnel.cli.infer import infer_app, validate_inference_cmd
+from windtunnel.cli.job import register as register_job
+from windtunnel.cli.profiling import register as register_profiling
 from windtunnel.specs.errors import WindtunnelError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -96,7 +96,7 @@ def train_simulate(
     if trace is not None:
         write_atomic(trace, trace_json(result.trace, title=f"{result.model} {result.plan}"))
     if what_if:
-        from windtunnel.cli_explain import simulate_with_what_if
+        from windtunnel.cli.explain import simulate_with_what_if
 
         simulate_with_what_if(result, what_if, dict(model=model, hardware=hardware, devices=devices, seq_len=seq_len,
                                                     global_batch=global_batch, plan=plan, framework=framework,
@@ -217,7 +217,7 @@ def train_search(
         raise WindtunnelError("Plan search needs a transformer model (catalog, YAML or config.json) or an ONNX model, "
                               "not a per-rank operator-DAG YAML.")
     if dag is not None:  # an ONNX operator DAG: its own small space, every plan simulated (graph/dag_search.py)
-        from windtunnel.graph.dag_search import search_dag
+        from windtunnel.train.dag_search import search_dag
 
         unused = [name for name, value in (("--pin", pin), ("--baseline", baseline), ("--what-if", what_if),
                                            ("--profile", profile), ("--faults", faults)) if value]
@@ -267,7 +267,7 @@ def train_search(
     if what:
         document["what_if"] = what.label
     if faults is not None:
-        from windtunnel.cli_job import add_failure_ranking
+        from windtunnel.cli.job import add_failure_ranking
 
         add_failure_ranking(document, model, hardware, devices, faults, policy, checkpoint_every, storage_bandwidth,
                             framework, profile)
@@ -280,7 +280,7 @@ def train_search(
     else:
         search_table(document, console)
         if faults is not None:
-            from windtunnel.cli_job import print_failure_ranking
+            from windtunnel.cli.job import print_failure_ranking
 
             print_failure_ranking(document, console)
         for path in (out, report):
@@ -299,11 +299,11 @@ def validate_training(
                                        "predicted before and after its chip's profile (repeat for several chips)."),
 ) -> None:
     """Predict every row of a training-measurement CSV and report the errors."""
-    from windtunnel import validation
-    from windtunnel.report.accuracy import run_validation
+    from windtunnel.validation import training as validation
+    from windtunnel.validation.rows import run_validation
 
     if profile:
-        from windtunnel.cli_calibrate import validate_with_profiles
+        from windtunnel.cli.calibrate import validate_with_profiles
 
         if out is not None:
             raise WindtunnelError("--out writes the plain validation report; with --profile use --json (or the table) "
@@ -325,15 +325,15 @@ def validate_all(
                                           "here (e.g. src/windtunnel/catalog/bands.yaml)."),
 ) -> None:
     """Predict every row of every training CSV once: accuracy per slice, plans over memory, ranking, bands."""
-    from windtunnel.report.bands import bands_yaml, derive_bands, sources_of
-    from windtunnel.report.fidelity import (
+    from windtunnel.specs.yamlio import write_atomic
+    from windtunnel.validation.bands import bands_yaml, derive_bands, sources_of
+    from windtunnel.validation.fidelity import (
         DEFAULT_CSVS,
         build_document,
         predict_files,
         print_summary,
         report_markdown,
     )
-    from windtunnel.specs.yamlio import write_atomic
 
     paths = [str(p) for p in csv_paths] if csv_paths else list(DEFAULT_CSVS)
     files = predict_files(paths)

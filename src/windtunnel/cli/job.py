@@ -1,5 +1,5 @@
 """`windtunnel train job`: rehearse a whole training run (phases, faults, policy) for time to train,
-device-hours, energy and cost. A thin layer over windtunnel.job; registered from cli.py with
+device-hours, energy and cost. A thin layer over windtunnel.job.run; registered from cli.py with
 ``register(train_app)``."""
 
 from __future__ import annotations
@@ -55,9 +55,9 @@ def train_job(
 ) -> None:
     """Rehearse a whole run: time to train, device-hours, energy and cost after faults, phase by phase."""
     from windtunnel.avail.units import parse_duration
-    from windtunnel.job import JobInputs, Phase, job_timeline, parse_phase, rehearse_job, strip_private
-    from windtunnel.job_report import job_html, progress_svg, timeline_csv
-    from windtunnel.job_units import (
+    from windtunnel.job.report import job_html, progress_svg, timeline_csv
+    from windtunnel.job.run import JobInputs, Phase, job_timeline, parse_phase, rehearse_job, strip_private
+    from windtunnel.job.units import (
         parse_bandwidth,
         parse_device_hour_price,
         parse_energy_price,
@@ -143,9 +143,9 @@ def add_failure_ranking(document: dict, model: str, hardware: str, devices: int,
                         profile: Path | None) -> None:
     """`train search --faults`: goodput after faults and both ranks on the refined plans (document['failure_aware'])."""
     from windtunnel.avail.units import parse_duration
-    from windtunnel.job import JobInputs
-    from windtunnel.job_search import rank_with_faults
-    from windtunnel.job_units import parse_bandwidth
+    from windtunnel.job.run import JobInputs
+    from windtunnel.job.search import rank_with_faults
+    from windtunnel.job.units import parse_bandwidth
 
     inp = JobInputs(model=model, hardware=hardware, devices=devices, faults=faults, policy=policy,
                     checkpoint_every_s=parse_duration(checkpoint_every, "checkpoint-every", allow_zero=False)

@@ -11,7 +11,8 @@ import csv
 from pathlib import Path
 
 from windtunnel.infer.deployment import serving_defaults
-from windtunnel.report.accuracy import (
+from windtunnel.specs.yamlio import catalog_dir, read_yaml
+from windtunnel.validation.rows import (
     RowResult,
     error_cell,
     far_off_lines,
@@ -21,7 +22,6 @@ from windtunnel.report.accuracy import (
     slice_lines,
     summary_lines,
 )
-from windtunnel.specs.yamlio import catalog_dir, read_yaml
 
 HEADER = """**Split rule (by source, fixed before looking at errors).** A row is *calibration* when it measures an
 iteration shape without queueing or a serving scheduler in the way and comes from the sources the rule names:

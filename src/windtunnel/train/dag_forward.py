@@ -16,8 +16,8 @@ from windtunnel.specs.errors import WindtunnelError
 def simulate_dag_inference(model: str, hardware: str, devices: int, *, batch: int, batch_shape=None, plan: str = "",
                            framework: str = "megatron") -> dict:
     """Forward-only serving of ``model`` (an ONNX path or ``onnx:NAME``) with ``batch`` samples per replica."""
-    from windtunnel.api import resolve_model
     from windtunnel.graph.graph_model import check_graph_plan
+    from windtunnel.graph.resolve import resolve_model
     from windtunnel.specs.hardware import load_hardware
     from windtunnel.specs.plan import parse_plan
     from windtunnel.train.memory import WEIGHT_BYTES

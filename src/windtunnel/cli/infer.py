@@ -136,7 +136,7 @@ def simulate_cmd(
 
     result = simulate_serving(model, hardware, deployment, traffic, slo=slo, seed=seed, router=router, profile=profile)
     if what_if:
-        from windtunnel.serve_explain import serving_variant
+        from windtunnel.infer.explain import serving_variant
 
         variant, what = serving_variant(model, hardware, deployment, traffic, what_if, result.devices, slo=slo,
                                         seed=seed, router=router, profile=profile)
@@ -182,10 +182,10 @@ def search_cmd(
                                       "VALUE xF or a quantity with its unit)."),
 ) -> None:
     """Search deployments within a device budget that serve TRAFFIC at an SLO attainment target (progress on stderr)."""
+    from windtunnel.infer.explain import searched_hardware
     from windtunnel.infer.search import search_deployments
     from windtunnel.infer.search_report import search_table, write_search_html
     from windtunnel.search.backends import make_backend
-    from windtunnel.serve_explain import searched_hardware
 
     hardware, named, cleanup = searched_hardware(hardware, devices, what_if)
     runner = make_backend(backend, address=address, workers=workers)
@@ -264,8 +264,8 @@ def validate_inference_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print rows and summary as JSON."),
 ) -> None:
     """Predict every row of an inference-measurement CSV and report the errors."""
-    from windtunnel.infer import validation
-    from windtunnel.report.accuracy import run_validation
+    from windtunnel.validation import inference as validation
+    from windtunnel.validation.rows import run_validation
 
     run_validation(validation, "inference", csv_path, out, as_json, console, _emit_json)
 
@@ -277,8 +277,8 @@ def calibrate_cmd(
     as_json: bool = AS_JSON,
 ) -> None:
     """Fit the serving parameters on the calibration rows and write them to --out (never into the package)."""
-    from windtunnel.infer.validation import calibrate, read_rows
     from windtunnel.specs.errors import WindtunnelError
+    from windtunnel.validation.inference import calibrate, read_rows
 
     if out is None:
         raise WindtunnelError("Option '--out' is missing: `infer calibrate` writes the fitted serving parameters to a "

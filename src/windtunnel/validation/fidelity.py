@@ -1,6 +1,6 @@
 """One accuracy report over every training reference CSV (`windtunnel validate all`, validation/ACCURACY.md).
 
-Every row of every CSV is predicted once (windtunnel.validation). On the validation rows the report
+Every row of every CSV is predicted once (windtunnel.validation.training). On the validation rows the report
 gives the overall median / max |error|; the same per slice (stack x chip generation/precision x
 dense/MoE) and per coarser slice (stack, generation/precision, dense vs MoE, long context); the rows
 whose published plan the model puts over memory; the ranking quality (within one model shape on one
@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from windtunnel.report.accuracy import RowResult, apct, num, pct, summarize
-from windtunnel.report.bands import THROUGHPUT_METRICS, name_of
 from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.yamlio import read_json
+from windtunnel.validation.bands import THROUGHPUT_METRICS, name_of
+from windtunnel.validation.rows import RowResult, apct, num, pct, summarize
 
 DEFAULT_CSVS = ("validation/training_runs.csv", "validation/training_runs_2.csv", "validation/extra_training_runs.csv")
 LONG_CONTEXT = 16384  # tokens: a sequence this long or longer is "long context"
@@ -53,7 +53,7 @@ def _tokens(row: dict) -> float | None:
 def job_key(row: dict) -> str:
     """A digest of the job a row describes as the model sees it (model, cluster, plan, stack, batch and
     sequence; not the calibration), "" when the row builds no job. Equal keys: repeat measurements."""
-    from windtunnel import validation
+    from windtunnel.validation import training as validation
 
     try:
         job, _, skip = validation.build_job(row, fitted_override={})
@@ -69,7 +69,7 @@ def job_key(row: dict) -> str:
 
 def predict_files(paths: Iterable[str | Path]) -> list[FileResults]:
     """Predict every row of each training CSV once; two CSVs with the same file name are an error."""
-    from windtunnel import validation
+    from windtunnel.validation import training as validation
 
     out: list[FileResults] = []
     for path in paths:

@@ -1,14 +1,14 @@
 """Failure-aware plan ranking for `train search --faults`: each refined plan's tokens/s from the search, times
 the ETTR Sim2Availability gives that plan under the faults and policy (its own checkpoint size and write time,
-Daly interval and blast radius, as in ``windtunnel.job``), ranked by goodput (tokens per wall-second) beside
+Daly interval and blast radius, as in ``windtunnel.job.run``), ranked by goodput (tokens per wall-second) beside
 the fault-free rank. Top-level because it spans the train and avail pillars."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-from windtunnel.job import DEFAULT_STORAGE_BANDWIDTH, JobInputs, _scenario_for
-from windtunnel.job_costs import checkpoint_cost
+from windtunnel.job.costs import checkpoint_cost
+from windtunnel.job.run import DEFAULT_STORAGE_BANDWIDTH, JobInputs, _scenario_for
 
 
 def rank_with_faults(document: dict, inp: JobInputs, *, horizon_s: float = 30 * 86400.0) -> dict:

@@ -1,5 +1,5 @@
 """The `calibrate training` verb (fit a user profile on measured runs) and `validate training --profile`
-(errors before and after a profile); registered on the CLI's groups by windtunnel.cli."""
+(errors before and after a profile); registered on the CLI's groups by windtunnel.cli.app."""
 
 from __future__ import annotations
 
@@ -32,9 +32,9 @@ def calibrate_training_cmd(
     (e.g. from `calibrate trace` or `calibrate collectives`), its values are the priors and the result is
     merged into it. Never writes into the installed package.
     """
-    from windtunnel.fit_profile import fit_profile
+    from windtunnel.calibrate.fit import fit_profile
     from windtunnel.profile import check_writable, save_profile
-    from windtunnel.validation import read_rows
+    from windtunnel.validation.training import read_rows
 
     if out is None:
         raise WindtunnelError("Option '--out' is missing: `calibrate training` writes a profile of your cluster to a "
@@ -52,7 +52,7 @@ def calibrate_training_cmd(
     save_profile(profile, out)
     document = fit_document(profile, out)
     if as_json:
-        from windtunnel.cli import _emit_json
+        from windtunnel.cli.app import _emit_json
 
         _emit_json(document)
         return
@@ -84,7 +84,7 @@ def fit_document(profile, out: Path | str) -> dict:
 
 
 def _print_fit(document: dict) -> None:
-    from windtunnel.cli import console
+    from windtunnel.cli.app import console
 
     console.print(f"profile {document['profile']}: chip {document['chip']}, stack {document['stack']}, "
                   f"{len(document['rows_used'])} rows ({', '.join(document['rows_used'])})")
@@ -101,9 +101,9 @@ def _print_fit(document: dict) -> None:
 
 def validate_with_profiles(csv_path: Path, profiles: list[Path], as_json: bool) -> None:
     """`validate training CSV --profile P...`: every row before and after its chip's profile."""
-    from windtunnel.cli import _emit_json, console
-    from windtunnel.profile_report import compare_rows, load_profiles, print_comparison
-    from windtunnel.validation import read_rows
+    from windtunnel.calibrate.report import compare_rows, load_profiles, print_comparison
+    from windtunnel.cli.app import _emit_json, console
+    from windtunnel.validation.training import read_rows
 
     comparison = compare_rows(read_rows(csv_path), load_profiles(profiles))
     if as_json:

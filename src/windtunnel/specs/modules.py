@@ -1,0 +1,20 @@
+"""Names of a transformer layer's modules that a plan can recompute or offload (plan fields
+``recompute_modules`` and ``offload_modules``); data the plan validator and the memory model share."""
+
+# Megatron-Core's selective recomputation modules (--recompute-modules): core attention, MLA's up
+# projections, the norms, the MoE activation and the whole MLP.
+RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "moe_act", "mlp")
+
+# Megatron-Core's fine-grained activation offloading (--fine-grained-activation-offloading
+# --offload-modules; docs/source/api-guide/fine_grained_activation_offloading.md, PR #1913): each named
+# module's saved-for-backward tensors go to host memory once its forward is done and come back before
+# its backward, the copies overlapping compute. Module -> the graph operators whose saved bytes those are.
+OFFLOAD_MODULES = {
+    "attn_norm": ("attn_norm",),
+    "qkv_linear": ("qkv_proj", "q_down_proj", "kv_down_proj"),
+    "core_attn": ("core_attention", "core_attention_ring"),
+    "attn_proj": ("out_proj",),
+    "mlp_norm": ("mlp_norm", "moe_norm"),
+    "expert_fc1": ("experts.up_proj",),
+    "moe_act": ("experts.act", "experts.act_clamp"),
+}
