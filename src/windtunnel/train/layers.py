@@ -184,55 +184,90 @@ class LayerCoster:
         task_of: dict[tuple[int, int], list[int]] = {}
         flops = model_flops = 0.0
         previous_sinks: tuple[int, ...] = ()
-        primaries = ["compute"]
         # Overlapped chunks run their all-to-alls beside the other chunk's compute: the communication
         # kernels hold some compute units, and the compute runs on the rest.
         carve = 1.0
         eff = self.eff
-        if concurrent and len(graphs) > 1 and eff.overlap_comm_units and \
+        paired = concurrent and len(graphs) > 1
+        if paired and eff.overlap_comm_units and \
                 any(op.stream == "ep" for graph in graphs for op in graph.ops):
             carve = eff.compute_units / max(1, eff.compute_units - eff.overlap_comm_units)
-        for gi, graph in enumerate(graphs):
-            suffix = f".{gi}" if concurrent and gi else ""
-            if suffix:
-                primaries.append("compute" + suffix)
-                for base in ("compute", *COMM_STREAMS):
-                    engine.share(base, base, base + suffix)
-            pieces = self._pieces(graph)
+        # A pair shares the device's compute and links in one fixed order of its components
+        # (overlap_order); alone or in sequence, each graph's operators run in their own order.
+        sequence = overlap_order(graphs) if paired else \
+            [(gi, oi) for gi, graph in enumerate(graphs) for oi in range(len(graph.ops))]
+        pieces_of = [self._pieces(graph) for graph in graphs]
+        for gi, oi in sequence:
+            graph = graphs[gi]
+            if oi == 0 and gi > 0 and not concurrent:
+                previous_sinks = tuple(task_of[(gi - 1, i)][-1] for i in graphs[gi - 1].sinks())
             # Concurrent graphs (DualPipe) each get a host stream: one CPU thread interleaves the two
             # chunks' launches in reality, which this treats as if each had the thread to itself.
-            host_stream = HOST_STREAM + suffix
-            for oi, op in enumerate(graph.ops):
-                count = pieces[oi]
-                duration = self.op_time(op) / count * (1.0 if op.is_comm else carve)
-                stream = op.stream + suffix
-                inputs = [t for dep in op.deps for t in task_of[(gi, dep)]] if op.host_sync else []
-                issued = self._issue(engine, op, host_stream, inputs)
-                tasks = []
-                for piece in range(count):
-                    deps: list[int] = [] if issued is None else [issued]
-                    for dep in op.deps:
-                        producer = task_of[(gi, dep)]
-                        deps.append(producer[min(piece, len(producer) - 1)] if len(producer) == count else producer[-1])
-                    if not op.deps and not concurrent:
-                        deps.extend(previous_sinks)
-                    if op.is_comm:
-                        category = CATEGORY_OF_STREAM[op.stream]
-                    else:
-                        category = "recompute" if op.phase == "recompute" else "compute"
-                    tasks.append(engine.task(op.name, stream, duration, deps, category=category))
-                task_of[(gi, oi)] = tasks
-                if not op.is_comm:
-                    flops += op.flops * op.count
-                    if op.model_flops and op.phase != "recompute":
-                        model_flops += op.flops * op.count
-            previous_sinks = tuple(task_of[(gi, i)][-1] for i in graph.sinks())
+            host_stream = HOST_STREAM + (f".{gi}" if concurrent and gi else "")
+            op = graph.ops[oi]
+            count = pieces_of[gi][oi]
+            duration = self.op_time(op) / count * (1.0 if op.is_comm else carve)
+            stream = op.stream
+            inputs = [t for dep in op.deps for t in task_of[(gi, dep)]] if op.host_sync else []
+            issued = self._issue(engine, op, host_stream, inputs)
+            tasks = []
+            for piece in range(count):
+                deps: list[int] = [] if issued is None else [issued]
+                for dep in op.deps:
+                    producer = task_of[(gi, dep)]
+                    deps.append(producer[min(piece, len(producer) - 1)] if len(producer) == count else producer[-1])
+                if not op.deps and not concurrent:
+                    deps.extend(previous_sinks)
+                if op.is_comm:
+                    category = CATEGORY_OF_STREAM[op.stream]
+                else:
+                    category = "recompute" if op.phase == "recompute" else "compute"
+                tasks.append(engine.task(op.name, stream, duration, deps, category=category))
+            task_of[(gi, oi)] = tasks
+            if not op.is_comm:
+                flops += op.flops * op.count
+                if op.model_flops and op.phase != "recompute":
+                    model_flops += op.flops * op.count
         timeline = engine.run()
-        streams = tuple(f"{base}.{gi}" for base in COMM_STREAMS for gi in range(1, len(graphs)))
         hosts = (HOST_STREAM,) + tuple(f"{HOST_STREAM}.{gi}" for gi in range(1, len(graphs)))
-        parts = attribute(timeline, primary=tuple(primaries), others=COMM_STREAMS + streams, background=hosts)
+        parts = attribute(timeline, primary=("compute",), others=COMM_STREAMS, background=hosts)
         parts.pop("idle", None)
         return Played(timeline.makespan, parts, flops, model_flops)
+
+
+def overlap_order(graphs: list[OpGraph]) -> list[tuple[int, int]]:
+    """The fixed order, as (graph, operator) pairs, in which an overlapped forward and backward chunk
+    (DualPipe's pair, Megatron's EP overlap) share one device: every stream (compute, each link) runs
+    its share of the pair's operators in this order.
+
+    Each graph is cut into segments at its all-to-alls (at its collectives when the pair has none):
+    an operator's segment is the number of those communications on its longest path from the
+    start. The backward's segment k runs before the forward's segment k, which runs before the
+    backward's segment k + 1, so each chunk's communication runs under the other's compute, as the
+    DeepSeek-V3 report (Sec. 3.2.1, Fig. 4) arranges the pair: the backward's combine beside the
+    forward's attention, the forward's dispatch beside the backward's MLP, the backward's dispatch
+    beside the forward's MLP, the forward's combine beside the backward's attention.
+
+    The order depends on the graphs' structure only, never on operator durations, so the pair's
+    time is a longest path over fixed orders: no operator getting faster (more bandwidth, more
+    FLOP/s) can make the pair slower. (A greedy play, where a shared stream takes whichever ready
+    operator was submitted first, is not monotone: a faster tensor-parallel link let the forward's
+    operators take the compute units ahead of the backward's short prefix that feeds its first
+    all-to-all, and the step got slower.) Keys only grow along each graph's dependencies, so the
+    order is a topological order of the pair and its fixed stream orders never deadlock.
+    """
+    ep = any(op.is_comm and op.stream == "ep" for graph in graphs for op in graph.ops)
+    keyed = []
+    for gi, graph in enumerate(graphs):
+        backward = any(op.phase != "fwd" for op in graph.ops)
+        segment = [0] * len(graph.ops)
+        for oi, op in enumerate(graph.ops):
+            for dep in op.deps:
+                cut = graph.ops[dep].is_comm and (graph.ops[dep].stream == "ep" or not ep)
+                segment[oi] = max(segment[oi], segment[dep] + (1 if cut else 0))
+            keyed.append(((segment[oi], 0 if backward else 1, gi, oi), gi, oi))
+    keyed.sort()
+    return [(gi, oi) for _, gi, oi in keyed]
 
 
 def zero3_exposed(compute_s: float, transfer_s: float, held: float) -> float:
