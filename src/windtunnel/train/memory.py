@@ -322,6 +322,15 @@ def step_memory(builder, chunks: dict) -> StepMemory:
     ZeRO-3/FSDP the gathered 16-bit parameters and the unsharded gradients being reduce-scattered;
     Megatron's gradient buckets below ZeRO-3; MoE dispatch buffers; the stack's reserve and
     allocator fragmentation (bytes).
+
+    ZeRO-3 can need more than ZeRO-2, and then that is real: it saves 2 (1 - 1/dp) bytes of 16-bit
+    weights per parameter of the rank (nothing at dp=1, 1 byte at dp=2; experts over their expert-DP
+    group) and ZeRO-2's two gradient buckets, but holds a working set beside the shards: the running
+    and prefetched layers' gathered 16-bit parameters (``gathered_layers`` x 2 bytes per parameter of
+    one layer) and one layer's unsharded gradient, 16-bit and in the reduction dtype (6 bytes with
+    fp32). With the default stack a rank gains from ZeRO-3 only when 2 (1 - 1/dp) P_rank exceeds about
+    10 bytes per layer parameter less the buckets: at dp <= 2, or an expert-DP group of 1-2, a rank of
+    few layers (deep pipelines, wide MoE layers) needs more (tests/test_properties_train.py).
     """
     from windtunnel.graph.transformer import ACT_BYTES
     from windtunnel.train.schedule import in_flight_micro_batches
