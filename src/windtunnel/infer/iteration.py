@@ -87,6 +87,7 @@ class IterationModel:
         # with the rank's whole message rather than the per-peer share: the saturation curve's half-point
         # is scaled by the group size (DeepEP README: 40-58 GB/s RDMA per H800 at EP 8 to 256).
         self.a2a_eff = replace(self.eff, half_message_bytes=self.eff.half_message_bytes / max(1, plan.ep))
+        self.dispatch_rate = self._dispatch_compute_rate()
         self.layers = model.layers
         self.dense_layers = model.dense_layers
         self.moe_layers = model.moe_layers
@@ -97,6 +98,24 @@ class IterationModel:
         self._other: dict[int, float] = {}
         self._setup_attention()
         self._setup_speculation()
+
+    def _dispatch_compute_rate(self) -> float:
+        """Share of the compute units left to a MoE layer's compute while its overlapped expert dispatch runs.
+
+        DeepEP's normal (throughput) kernels, which DeepSeek and SGLang run for prefill, are SM kernels: they hold
+        ``overlap_comm_units`` of the chip's units while they run (the cost core's figure, efficiency.yaml: 20 of
+        the H800's 132 SMs, DeepSeek-V3 report Sec. 3.2.2), as in training's overlapped chunks. Its low-latency
+        kernels, run for decode, overlap through a receive hook "which does not occupy any SM resource" (DeepEP
+        README, low-latency kernels), so decode instances keep every unit. 1.0 without EP or overlap."""
+        p, e = self.plan, self.eff
+        if not (p.tbo and p.ep > 1 and self.model.moe is not None) or p.role == "decode" or not e.overlap_comm_units:
+            return 1.0
+        return max(1, e.compute_units - e.overlap_comm_units) / e.compute_units
+
+    def _overlapped(self, compute: float, comm: float) -> float:
+        """Seconds of a MoE layer whose compute runs beside its communication (two-batch overlap): while the
+        communication runs, compute proceeds at ``dispatch_rate`` of its speed, then at full speed."""
+        return max(comm, compute + (1.0 - self.dispatch_rate) * comm)
 
     # ---- attention coefficients ------------------------------------------------------------------
     def _setup_attention(self) -> None:
@@ -336,7 +355,7 @@ class IterationModel:
         t = self.dense_layers * (max(dc, dm) if p.tbo and tokens >= 2 else dc + dm)
         if self.moe_layers:
             mc = gc + self._memo(self._experts, tokens, self._expert_part)
-            t += self.moe_layers * (max(mc, gm) if p.tbo and tokens >= 2 else mc + gm)
+            t += self.moe_layers * (self._overlapped(mc, gm) if p.tbo and tokens >= 2 else mc + gm)
         if p.tbo and tokens >= 2:
             t += 2.0 * self.layers * self.eff.kernel_overhead_s
         t += self._memo(self._other, tr, self._other_part)
@@ -353,7 +372,7 @@ class IterationModel:
         t = self.dense_layers * (max(dc, dm) if tbo else dc + dm)
         if self.moe_layers:
             mc = gc + self._expert_part(tokens)
-            t += self.moe_layers * (max(mc, gm) if tbo else mc + gm)
+            t += self.moe_layers * (self._overlapped(mc, gm) if tbo else mc + gm)
         if tbo:
             t += 2.0 * self.layers * self.eff.kernel_overhead_s
         return t + self._other_part(tr)

@@ -21,6 +21,13 @@ from windtunnel.cost.efficiency import Efficiency
 from windtunnel.specs.hardware import Chip
 
 TILE_HEIGHTS = (16, 32, 64)  # row-tile candidates below the default tile (decode-sized GEMMs)
+# Split-K factors the autotuner may pick when a GEMM's output tiles leave compute units idle. TensorRT-LLM's
+# CUTLASS heuristics enumerate serial split-K factors 1-7 per tile (cutlass_heuristic.cpp, max_split_k); cuBLAS
+# heuristics and Stream-K (Osama et al., "Stream-K: Work-centric Parallel Decomposition for Dense Matrix-Matrix
+# Multiplication on the GPU", arXiv 2301.03598) split the reduction the same way to fill the waves.
+SPLIT_K = (2, 4, 7)
+MIN_SPLIT_DEPTH = 256  # a split keeps at least this much of the reduction (several main-loop stages)
+SPLIT_MAX_WAVES = 8  # beyond this many waves of output tiles a partly filled last wave costs < 1/8: no split tried
 
 
 def tile_variants(eff: Efficiency) -> tuple[Efficiency, ...]:
@@ -28,12 +35,34 @@ def tile_variants(eff: Efficiency) -> tuple[Efficiency, ...]:
     return tuple(replace(eff, tile_m=t) for t in TILE_HEIGHTS if t < eff.tile_m) + (eff,)
 
 
+def split_k_gemm(m: int, n: int, k: int, precision: str, chip: Chip, eff: Efficiency, count: int = 1) -> float:
+    """Seconds of ``count`` GEMMs with the fastest split of the reduction: ``s`` thread blocks per output tile
+    each run k / s of it (more tiles to fill the compute units' waves, a shorter main loop), then the s fp32
+    partial tiles are summed (read 4 s, write 2 bytes per output element; one more kernel)."""
+    best = gemm_time(m, n, k, precision, chip, eff, count=count)
+    tiles = -(-m // eff.tile_m) * -(-n // eff.tile_n) * count
+    if tiles % eff.compute_units == 0 or tiles >= SPLIT_MAX_WAVES * eff.compute_units:
+        return best  # full waves, or so many that the last one costs little
+    bandwidth = chip.hbm_bandwidth * eff.memory_bandwidth
+    for s in SPLIT_K:
+        if k < s * MIN_SPLIT_DEPTH:
+            break
+        reduce = count * (4.0 * s + 2.0) * m * n / bandwidth + eff.kernel_overhead_s
+        t = gemm_time(m, n, -(-k // s), precision, chip, eff, count=count * s) + reduce
+        if precision == "fp8":  # the activation cast is one pass over m x k, not one per split
+            t -= (s - 1) * (3.0 * m * (-(-k // s)) * count / bandwidth)
+        if t < best:
+            best = t
+    return best
+
+
 def autotuned_gemm(m: int, n: int, k: int, precision: str, chip: Chip, variants: tuple[Efficiency, ...],
                    count: int = 1) -> float:
-    """Seconds of ``count`` (m x k) @ (k x n) GEMMs with the fastest tile height for ``m`` rows."""
+    """Seconds of ``count`` (m x k) @ (k x n) GEMMs with the fastest tile height for ``m`` rows and the fastest
+    split of the reduction (:func:`split_k_gemm`)."""
     if m >= variants[-1].tile_m:
-        return gemm_time(m, n, k, precision, chip, variants[-1], count=count)
-    return min(gemm_time(m, n, k, precision, chip, eff, count=count) for eff in variants)
+        return split_k_gemm(m, n, k, precision, chip, variants[-1], count=count)
+    return min(split_k_gemm(m, n, k, precision, chip, eff, count=count) for eff in variants)
 
 
 def weight_only_gemm(m: int, n: int, k: int, compute_precision: str, weight_bytes: float, chip: Chip,
