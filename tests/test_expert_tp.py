@@ -28,6 +28,23 @@ def test_expert_tp_splits_the_width_gathers_the_tokens_and_keeps_the_work():
     assert comms == {"expert_tp_gather": "all_gather", "expert_tp_scatter": "reduce_scatter"}
 
 
+def test_expert_tp_collectives_are_not_overlapped_by_tp_comm_overlap():
+    """Megatron-Core's expert linears communicate explicitly in the dispatcher (explicit_expert_comm), so TP
+    communication overlap (TE userbuffers, MindSpeed MC2) chunks the attention and dense linears only."""
+    from windtunnel.cost.efficiency import efficiency_for
+    from windtunnel.specs.hardware import load_chip
+    from windtunnel.train.layers import TP_OVERLAP_CHUNKS, LayerCoster
+
+    model = load_model("mixtral-8x7b")
+    graph = layer_forward(model, Sharding(tp=TP, sp=True, etp=TP, seq_len=4096), moe=True)
+    coster = LayerCoster(None, None, efficiency_for(load_chip("h100-sxm")), "bf16", tp_overlap=True)
+    pieces = dict(zip((op.name for op in graph.ops), coster._pieces(graph), strict=True))
+    assert pieces["expert_tp_gather"] == pieces["expert_tp_scatter"] == 1
+    assert pieces["experts.up_proj"] == pieces["experts.down_proj"] == 1
+    overlapped = [name for name, n in pieces.items() if n == TP_OVERLAP_CHUNKS]
+    assert overlapped and all(not name.startswith("expert") for name in overlapped)
+
+
 def test_expert_tp_holds_a_tp_th_of_the_expert_weights():
     kwargs = dict(model="mixtral-8x7b", hardware="h100-sxm", devices=64, seq_len=4096, global_batch=64)
     whole = simulate_training(plan="tp=8,pp=4,mbs=1,recompute=full,sp=true", **kwargs)

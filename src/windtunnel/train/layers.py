@@ -141,7 +141,12 @@ class LayerCoster:
         if not self.tp_overlap:
             return pieces
         for index, op in enumerate(graph.ops):
-            if op.group == "tp" and op.kind in ("all_gather", "reduce_scatter"):
+            # Only a linear layer's own TP collective is overlapped. Expert linears communicate
+            # explicitly in the MoE dispatcher (Megatron-Core explicit_expert_comm: is_expert and
+            # tp > 1 or ep > 1 turns the TE layer's userbuffer overlap off; MindSpeed's MC2 replaces
+            # only the non-expert Column/RowParallelLinear), so the expert-TP gather and
+            # reduce-scatter run whole before and after the expert GEMMs.
+            if op.group == "tp" and op.kind in ("all_gather", "reduce_scatter") and not op.name.startswith("expert_tp_"):
                 pieces[index] = TP_OVERLAP_CHUNKS
                 for dep in op.deps:
                     if graph.ops[dep].kind == "gemm":
