@@ -56,12 +56,17 @@ class GraphModel:
         self._bound: dict[int, ImportedGraph] = {}
         first = self.imported(1)
         if strict and first.unsupported:
-            raise WindtunnelError(
-                f"ONNX model '{self.path}': unsupported operator {first.unsupported[0]}"
-                + (f" (and {len(first.unsupported) - 1} more: {'; '.join(first.unsupported[1:4])})"
-                   if len(first.unsupported) > 1 else "")
-                + f". Supported ONNX operators: {', '.join(SUPPORTED)}. Rewrite the node with supported operators "
-                "(or export with a lower-level opset) before simulating.", field="model")
+            raise self.unsupported_error(first.unsupported)
+
+    def unsupported_error(self, unsupported: list[str], source: str | None = None,
+                          supported: tuple[str, ...] = SUPPORTED, label: str = "ONNX operators",
+                          hint: str = "(or export with a lower-level opset)") -> WindtunnelError:
+        """One clear error naming the first unsupported operator and its node (and how many more)."""
+        return WindtunnelError(
+            f"{source or f'ONNX model {self.path!r}'}: unsupported operator {unsupported[0]}"
+            + (f" (and {len(unsupported) - 1} more: {'; '.join(unsupported[1:4])})" if len(unsupported) > 1 else "")
+            + f". Supported {label}: {', '.join(supported)}. Rewrite the node with supported operators "
+            f"{hint} before simulating.", field="model")
 
     def imported(self, micro_batch: int) -> ImportedGraph:
         """The nodes for one micro-batch of ``micro_batch`` samples (cached)."""
