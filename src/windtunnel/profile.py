@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from windtunnel.specs.errors import WindtunnelError, choices_text
+from windtunnel.specs.errors import WindtunnelError, choices_text, did_you_mean
 from windtunnel.specs.yamlio import read_yaml, write_atomic
 
 PROFILE_VERSION = 1
@@ -187,6 +187,12 @@ def load_profile(path: str | Path) -> Profile:
     """Read and check a profile YAML (safe_load); bad YAML, a wrong format version, an unknown chip,
     stack or parameter name, or a value outside its physical bounds is one clear error."""
     path = Path(path)
+    if not path.is_file():
+        folder = path.parent if path.parent.is_dir() else Path(".")
+        near = sorted(p.name for p in folder.glob("*.y*ml"))
+        raise WindtunnelError(f"Field 'profile' is '{path}': no such file{did_you_mean(path.name, near)}; give a "
+                              "profile YAML written by `windtunnel calibrate ... --out` (e.g. "
+                              "profiles/my-cluster.yaml).", field="profile")
     doc = read_yaml(path)
     if not isinstance(doc, dict) or "windtunnel_profile" not in doc:
         raise WindtunnelError(f"Profile '{path}' is not a windtunnel profile: expected a mapping with "

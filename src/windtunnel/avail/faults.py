@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from windtunnel.specs.errors import WindtunnelError, choices_text
+from windtunnel.specs.errors import WindtunnelError, choices_text, did_you_mean
 from windtunnel.specs.validation import build
 from windtunnel.specs.yamlio import catalog_dir, read_yaml
 
@@ -161,9 +161,10 @@ def load_faults(spec: str | Path | FaultProfile) -> FaultProfile:
     if isinstance(spec, FaultProfile):
         return spec
     text = str(spec)
-    name = text[len("catalog:"):] if text.startswith("catalog:") else text
-    if name in profile_names():
-        return _load_catalog_profile(name)
+    name = text[len("catalog:"):] if text.lower().startswith("catalog:") else text
+    by_key = {n.lower().replace("_", "-"): n for n in profile_names()}
+    if name.strip().lower().replace("_", "-") in by_key:  # case and '_' vs '-' forgiven
+        return _load_catalog_profile(by_key[name.strip().lower().replace("_", "-")])
     path = Path(text)
     if not text.startswith("catalog:") and path.suffix in (".yaml", ".yml"):
         if not path.exists():
@@ -174,7 +175,8 @@ def load_faults(spec: str | Path | FaultProfile) -> FaultProfile:
                                   f"{type(doc).__name__}.", field="faults")
         return build(FaultProfile, {"id": path.stem, **doc}, f"Fault profile '{path}'")
     raise WindtunnelError(
-        f"Unknown fault profile '{text}' (field 'faults'); give catalog:NAME with NAME one of "
+        f"Unknown fault profile '{text}' (field 'faults'){did_you_mean(name, profile_names())}; give catalog:NAME "
+        "with NAME one of "
         f"{choices_text(profile_names())}, or a fault-profile YAML file.", field="faults")
 
 

@@ -26,7 +26,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from windtunnel.avail.units import parse_duration
-from windtunnel.specs.errors import WindtunnelError, choices_text
+from windtunnel.specs.errors import WindtunnelError, choices_text, did_you_mean
 from windtunnel.specs.validation import build
 
 Kind = Literal["restart-from-checkpoint", "in-memory-checkpoint", "hot-spare", "elastic-shrink"]
@@ -148,12 +148,15 @@ def parse_policy(spec: str | dict | RecoveryPolicy, **overrides) -> RecoveryPoli
             key, value = (s.strip() for s in item.split("=", 1))
             field = _KEYS.get(key.lower().replace("_", "-"))
             if field is None:
-                raise WindtunnelError(f"Unknown policy key '{key}' (field 'policy'); valid keys: "
+                raise WindtunnelError(f"Unknown policy key '{key}' (field 'policy'){did_you_mean(key, _KEYS)}; valid keys: "
                                       f"{choices_text(set(_KEYS))}.", field="policy")
             data[field] = value
     kind = data.get("kind", "restart-from-checkpoint")
+    if isinstance(kind, str):
+        kind = data["kind"] = kind.strip().lower().replace("_", "-")
     if kind not in POLICY_KINDS:
-        raise WindtunnelError(f"Unknown recovery policy '{kind}' (field 'policy'); valid policies: "
+        raise WindtunnelError(f"Unknown recovery policy '{kind}' (field 'policy'){did_you_mean(kind, POLICY_KINDS)}; "
+                              "valid policies: "
                               f"{choices_text(POLICY_KINDS)}.", field="policy")
     data.update({k: v for k, v in overrides.items() if v is not None})
     data = {k: (v if k == "kind" else _coerce(k, v)) for k, v in data.items()}

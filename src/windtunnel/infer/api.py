@@ -51,6 +51,11 @@ def assumptions_for(model: ModelSpec, plans: list[InstancePlan], workload: Workl
     if model.moe is not None:
         notes.append("MoE routing: uniform over experts x moe_imbalance on the busiest rank; expected distinct "
                      "experts hit by the batch read their weights")
+    if model.attention_window and model.windowed_layer_fraction:
+        notes.append(f"sliding-window attention (sliding_window = {model.attention_window} tokens) on "
+                     f"{model.windowed_layer_fraction:.0%} of the layers: attention reads at most "
+                     f"{model.attention_window} keys per query; the KV cache still holds the whole context (no "
+                     "out-of-window block freeing)")
     for plan in plans:
         notes.extend(plan.notes)
         if plan.pp > 1:

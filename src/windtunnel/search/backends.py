@@ -62,7 +62,15 @@ class RayBackend:
                 kwargs["address"] = address
             elif num_cpus:
                 kwargs["num_cpus"] = num_cpus
-            ray.init(**kwargs)
+            try:
+                ray.init(**kwargs)
+            except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
+                where = f"at address '{address}'" if address else "on this machine"
+                reason = " ".join(str(exc).split())[:300]
+                raise WindtunnelError(f"Field 'backend' is 'ray' but no Ray cluster could be joined {where} ({reason}). "
+                                      "Start one (`ray start --head`), pass its address with --address HOST:PORT or "
+                                      "--address auto (or set RAY_ADDRESS), or use --backend local (valid: local, ray).",
+                                      field="backend") from None
             self._started = True
         self._apply = ray.remote(_apply)
 
@@ -80,6 +88,7 @@ class RayBackend:
 
 def make_backend(name: str, *, address: str | None = None, workers: int | None = None):
     """A backend by name: 'local' or 'ray'."""
+    name = str(name).strip().lower()
     if name == "local":
         return LocalBackend(workers)
     if name == "ray":

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
 
-from windtunnel.specs.errors import WindtunnelError
+from windtunnel.specs.errors import WindtunnelError, did_you_mean
 from windtunnel.specs.layout import stage_modules
 from windtunnel.specs.model import ModelSpec
 from windtunnel.specs.modules import OFFLOAD_MODULES, RECOMPUTE_MODULES
@@ -243,7 +243,8 @@ def parse_plan(text: str | dict | Plan) -> Plan:
         key = _ALIASES.get(key.lower(), key.lower())
         if key not in fields:
             raise WindtunnelError(
-                f"Unknown plan field '{key}' (field 'plan'); valid fields: {', '.join(sorted(fields))}.", field="plan"
+                f"Unknown plan field '{key}' (field 'plan'){did_you_mean(key, fields | set(_ALIASES))}; valid fields: "
+                f"{', '.join(sorted(fields))}.", field="plan"
             )
         if key in _FLAGS and isinstance(value, str):
             if value.lower() not in _BOOLS:
@@ -378,6 +379,9 @@ def _check_batch(plan: Plan, devices: int, seq_len: int, global_batch: int, dp: 
              f" and {(global_batch // (plan.mbs * dp) + 1) * plan.mbs * dp}.")
     micro_batches = global_batch // (plan.mbs * dp)
     schedule = plan.pipeline_schedule
+    if schedule == "1f1b" and plan.vpp > 1:
+        fail("schedule", f"Plan field 'schedule' is 1f1b but vpp is {plan.vpp}: virtual pipeline chunks need the "
+             "interleaved schedule; use schedule=interleaved (the default when vpp > 1) or vpp=1.")
     if schedule == "interleaved" and plan.pp > 1 and micro_batches % plan.pp:
         fail("global_batch", f"The interleaved schedule needs the number of micro-batches ({micro_batches}) to be a "
              f"multiple of pp ({plan.pp}); change global batch, mbs or vpp=1.")

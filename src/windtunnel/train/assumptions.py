@@ -35,6 +35,10 @@ def step_assumptions(job: Any, builder: Any) -> list[str]:
         f"{builder.eff.host_library_call_s * 1e6:.0f} us per per-expert GEMM call"
         + ("; it waits for MoE token counts before the dispatch" if model.moe and plan.cuda_graphs != "full" else ""),
     ]
+    if getattr(model, "attention_window", None) and getattr(model, "windowed_layer_fraction", 0.0):
+        out.append(f"sliding-window attention (the model's sliding_window = {model.attention_window} tokens) on "
+                   f"{model.windowed_layer_fraction:.0%} of the layers: each query attends to at most "
+                   f"min(seq_len, {model.attention_window}) keys (attention FLOPs and time capped)")
     if model.moe:
         out.append(f"MoE load imbalance factor {job.moe_imbalance:.2f} on the busiest expert rank")
         if plan.ep > 1:

@@ -10,7 +10,7 @@ import numpy as np
 
 from windtunnel.search.runner import SearchState, ranked, run_search
 from windtunnel.specs.errors import WindtunnelError
-from windtunnel.specs.plan import parse_plan
+from windtunnel.specs.plan import parse_plan, validate_plan
 from windtunnel.train.screen import Screen
 from windtunnel.train.space import SearchSpace, ShardKey, cost_shard, prune, refine
 
@@ -84,16 +84,52 @@ def search_training(space: SearchSpace, backend: Any, *, top: int = 20, refine_c
     if refine_count < 1:
         raise WindtunnelError(f"Field 'refine' must be at least 1, got {refine_count}.", field="refine")
     problem = TrainingProblem(space)
-    baseline_plan = parse_plan(baseline) if baseline else None
+    baseline_plan = parse_plan(baseline_text(baseline)) if baseline else None
     if baseline_plan is not None:
         # The baseline runs in the searched plans' precisions and issue mode unless it says otherwise.
         unstated = {"precision": space.precision, "cuda_graphs": space.cuda_graphs, "grads": space.grads,
                     "moments": space.moments, "dispatcher": space.dispatcher}
         baseline_plan = baseline_plan.model_copy(update={key: value for key, value in unstated.items()
                                                          if key not in baseline_plan.model_fields_set})
+        # Checked before the search starts: a bad baseline must not cost a whole search.
+        try:
+            validate_plan(baseline_plan, space.model, space.cluster.devices, space.seq_len, space.global_batch)
+        except WindtunnelError as exc:
+            raise WindtunnelError(f"Field 'baseline' ({baseline}): {exc}", field="baseline") from None
     state = run_search(problem, backend, refine=refine_count, capacity_bytes=problem.capacity,
                        state_path=state_path, resume=resume, progress=progress, stop_after_refined=stop_after_refined)
     return build_document(space, state, top=top, baseline_plan=baseline_plan)
+
+
+def baseline_text(baseline: str) -> str:
+    """``--baseline``: a plan string, or a file holding one (a `train search --json` output or its plans.csv:
+    the best plan; a plain text file: its first line)."""
+    path = Path(baseline)
+    if "=" in baseline or not path.is_file():
+        return baseline
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if path.suffix.lower() == ".json":
+        import json
+
+        try:
+            doc = json.loads(text)
+        except ValueError as exc:
+            raise WindtunnelError(f"Field 'baseline' is the file '{baseline}', which is not valid JSON ({exc}).",
+                                  field="baseline") from None
+        plan = (doc.get("plans") or [{}])[0].get("plan") if isinstance(doc, dict) and "plans" in doc else (
+            doc.get("plan") if isinstance(doc, dict) else None)
+    elif path.suffix.lower() == ".csv":
+        import csv
+        import io
+
+        row = next(csv.DictReader(io.StringIO(text)), None) or {}
+        plan = row.get("plan")
+    else:
+        plan = next((line.strip() for line in text.splitlines() if line.strip()), None)
+    if not plan or not isinstance(plan, str):
+        raise WindtunnelError(f"Field 'baseline' is the file '{baseline}', which holds no plan; give a plan such as "
+                              "tp=8,pp=4 or a `train search --json` output / plans.csv.", field="baseline")
+    return plan
 
 
 def build_document(space: SearchSpace, state: SearchState, *, top: int, baseline_plan=None) -> dict:
