@@ -47,6 +47,9 @@ class Sharding:
     fused_elementwise: bool = True
     linear_host_ops: float = TE_MODULE_HOST_OPS
     context_parallel: str = "ring"
+    # The model copies each KV head to every query head it serves before calling attention (stack
+    # kernels.repeat_kv): attention and context parallelism then handle full-head K and V.
+    repeat_kv: bool = False
 
     @property
     def tokens(self) -> int:
@@ -166,6 +169,12 @@ class _Builder:
         if m.position_embedding == "rope" or m.mla is not None:
             # Fused rotary embedding, applied to queries and keys: two calls.
             qkv = (self.memory("rope", tokens * (heads + kv_heads) * qk_dim, qkv, passes=2.0, host_ops=2.0),)
+        if s.repeat_kv and kv_heads < heads:
+            # repeat_kv materialises K and V at the query heads' count (expand + reshape is a copy):
+            # read the kv_heads tensors, write heads; its backward sums the copies' gradients back.
+            elements = tokens * heads * (qk_dim + v_dim)
+            qkv = (self.memory("repeat_kv", elements, qkv, passes=1.0 + kv_heads / heads, host_ops=2.0),)
+            kv_heads = heads
         core = self.core_attention(qkv, heads, kv_heads, qk_dim, v_dim)
         out = self.gemm("out_proj", tokens, h, heads * v_dim, core)
         out = self.exit_tp("attn", (out,))

@@ -43,6 +43,10 @@ class Kernels(_Frozen):
     # How the host issues kernels: 'eager' (one framework call per op, unless the plan captures CUDA
     # graphs) or 'compiled' (one executable per step, as XLA runs it: no per-op host cost).
     host_issue: Literal["eager", "compiled"] = "eager"
+    # The model repeats each KV head to its query heads before the attention call (GQA without a
+    # GQA-aware kernel), so attention, its saved inputs and context parallelism's K/V traffic are at
+    # the query heads' count.
+    repeat_kv: bool = False
 
 
 class Sharding(_Frozen):

@@ -135,7 +135,7 @@ class _StepBuilder(PipelinePlay):
                               attention_kernel=("unfused" if not self.flash_attention else
                                                 "flash" if kernels.attention == "unfused" else kernels.attention),
                               fused_elementwise=kernels.fused_elementwise, linear_host_ops=kernels.linear_host_ops,
-                              context_parallel=plan.cp_algo,
+                              context_parallel=plan.cp_algo, repeat_kv=kernels.repeat_kv,
                               moe_imbalance=job.moe_imbalance if plan.ep > 1 or model.moe else 1.0,
                               precision=plan.precision, dedup_dispatch=plan.dispatcher == "deepep",
                               gather_dispatch=plan.dispatcher == "allgather",
