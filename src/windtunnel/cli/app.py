@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -17,7 +16,6 @@ from windtunnel.cli.graph import register as register_graph
 from windtunnel.cli.infer import infer_app, validate_inference_cmd
 from windtunnel.cli.job import register as register_job
 from windtunnel.cli.profiling import register as register_profiling
-from windtunnel.cli.root import register as register_root
 from windtunnel.specs.errors import WindtunnelError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -38,7 +36,6 @@ register_explain(train_app, app)  # train explain, train sensitivity, compare tr
 register_job(train_app)  # train job
 register_profiling(calibrate_app, app)  # calibrate collectives, calibrate trace, probe
 register_graph(app)  # graph show
-register_root(app)  # --version; a single-valued option given twice is an error, on every verb
 
 console = Console()
 UNFUSED_LOSS_HELP = "Unfused fp32 cross-entropy (Megatron-LM's default) instead of the stack's loss kernel."
@@ -55,7 +52,9 @@ def _flag(value: bool) -> bool | None:
 
 
 def _emit_json(data: dict) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    from windtunnel.report.jsonout import dumps as strict_json
+
+    sys.stdout.write(strict_json(data, indent=2, sort_keys=True) + "\n")
 
 
 @train_app.command("simulate")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 import sys
 import typing
 from pathlib import Path
@@ -43,7 +42,9 @@ AS_JSON = typer.Option(False, "--json", help="Print JSON.")
 
 
 def _emit_json(data: dict) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    from windtunnel.report.jsonout import dumps as strict_json
+
+    sys.stdout.write(strict_json(data, indent=2, sort_keys=True) + "\n")
 
 
 def _scenario(devices, hardware, devices_per_node, faults, policy, checkpoint_every, checkpoint_cost, checkpoint_async,

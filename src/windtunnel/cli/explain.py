@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from pathlib import Path
@@ -25,7 +24,9 @@ compare_app = typer.Typer(no_args_is_help=True, help="Plans, clusters, stacks or
 
 
 def _emit_json(data: dict) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n")
+    from windtunnel.report.jsonout import dumps as strict_json
+
+    sys.stdout.write(strict_json(data, indent=2, sort_keys=True) + "\n")
 
 
 def parse_percent(text: str, field: str) -> float:

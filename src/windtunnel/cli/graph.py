@@ -9,7 +9,6 @@ cost, each with its node; simulating the model then is an error naming the first
 
 from __future__ import annotations
 
-import json
 import sys
 
 import typer
@@ -39,7 +38,9 @@ def graph_show(
                               field="model")
     summary = GraphModel(path, parse_batch_shape(batch_shape), strict=False).summary()
     if as_json:
-        sys.stdout.write(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+        from windtunnel.report.jsonout import dumps as strict_json
+
+        sys.stdout.write(strict_json(summary, indent=2, sort_keys=True) + "\n")
         return
     console = Console()
     table = Table(title=f"{summary['model']} ({summary['path']}), one sample of {summary['batch_shape'] or 'fixed shapes'}")
@@ -75,7 +76,9 @@ def graph_infer(
     result = simulate_dag_inference(model, hardware, devices, batch=batch, batch_shape=batch_shape or None, plan=plan,
                                     framework=framework)
     if as_json:
-        sys.stdout.write(json.dumps(result, indent=2, sort_keys=True) + "\n")
+        from windtunnel.report.jsonout import dumps as strict_json
+
+        sys.stdout.write(strict_json(result, indent=2, sort_keys=True) + "\n")
         return
     console = Console()
     console.print(f"{result['model']} on {devices} x {result['chip']} ({result['plan']}), batch {batch}: latency "

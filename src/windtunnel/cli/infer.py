@@ -6,7 +6,6 @@ Registered in cli.py with ``app.add_typer(infer_app, name="infer")``; ``validate
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -28,7 +27,9 @@ AS_JSON = typer.Option(False, "--json", help="Print the result as JSON.")
 
 
 def _emit_json(data: dict) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    from windtunnel.report.jsonout import dumps as strict_json
+
+    sys.stdout.write(strict_json(data, indent=2, sort_keys=True) + "\n")
 
 
 class stderr_progress:  # noqa: N801 - used as a context manager like rich's Progress
@@ -71,7 +72,7 @@ def _latency_table(result) -> Table:
 
 def print_result(result) -> None:
     """Human-readable summary of a ServingResult."""
-    d = result.to_json_dict()
+    d = result.to_json_dict(timings=True)
     console.print(f"[bold]{d['model']}[/] on [bold]{d['hardware']}[/]: {d['deployment']}  ({d['devices']} devices)")
     t = d["traffic"]
     rate = f", {t['mean_rate_per_s']:.2f} req/s" if t.get("mean_rate_per_s") else ""
@@ -130,6 +131,8 @@ def simulate_cmd(
     what_if: list[str] = typer.Option([], "--what-if", help="Hardware what-if KEY=VALUE (repeatable; VALUE xF or a "
                                       "quantity with its unit, e.g. hbm_bandwidth=x1.5): shown after the base."),
     as_json: bool = AS_JSON,
+    timings: bool = typer.Option(False, "--timings", help="Add the wall-clock seconds the simulation took (wall_s) "
+                                 "to --json; without it the same inputs and seed give byte-identical JSON."),
 ) -> None:
     """Simulate serving TRAFFIC on a DEPLOYMENT of MODEL on HARDWARE: latency percentiles, throughput, goodput."""
     from windtunnel.infer.api import simulate_serving
@@ -141,14 +144,15 @@ def simulate_cmd(
         variant, what = serving_variant(model, hardware, deployment, traffic, what_if, result.devices, slo=slo,
                                         seed=seed, router=router, profile=profile)
         if as_json:
-            _emit_json({**result.to_json_dict(), "what_if": what.label, "variant": variant.to_json_dict()})
+            _emit_json({**result.to_json_dict(timings=timings), "what_if": what.label,
+                        "variant": variant.to_json_dict(timings=timings)})
             return
         print_result(result)
         console.rule(f"what-if: {what.label}")
         print_result(variant)
         return
     if as_json:
-        _emit_json(result.to_json_dict())
+        _emit_json(result.to_json_dict(timings=timings))
     else:
         print_result(result)
 

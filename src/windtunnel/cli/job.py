@@ -4,7 +4,6 @@ device-hours, energy and cost. A thin layer over windtunnel.job.run; registered 
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -16,7 +15,9 @@ console = Console()
 
 
 def _emit_json(data: dict) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n")
+    from windtunnel.report.jsonout import dumps as strict_json
+
+    sys.stdout.write(strict_json(data, indent=2, sort_keys=True) + "\n")
 
 
 def train_job(

@@ -9,7 +9,6 @@ Every verb prints the fit (``--json``: ``parameters`` with name, value, prior, b
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,7 +25,9 @@ HARDWARE_HELP = "Chip id (its default cluster), cluster id, or cluster YAML the 
 
 
 def _emit_json(data: dict) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    from windtunnel.report.jsonout import dumps as strict_json
+
+    sys.stdout.write(strict_json(data, indent=2, sort_keys=True) + "\n")
 
 
 def parameter_rows(parameters: list[FittedParameter]) -> list[dict]:
@@ -163,7 +164,9 @@ def probe(
     else:
         data = run_probe(quick=quick, chip=hardware)
         if record is not None:
-            write_atomic(record, json.dumps(data, indent=1, sort_keys=True) + "\n")
+            from windtunnel.report.jsonout import dumps as strict_json
+
+            write_atomic(record, strict_json(data, indent=1, sort_keys=True) + "\n")
     result = fit_probe(data, hardware)
     fit = result.fit_stats()
     inputs = [{"kind": "probe", "path": str(from_record or record or ""), "device": data.get("device", ""),

@@ -220,7 +220,8 @@ def _instance_from_mapping(role: str, values: dict, where: str) -> InstanceSpec:
         elif key == "moe_imbalance":
             kwargs[key] = parse_float(raw, key, low=1.0, high=64.0)
         elif key == "overhead":
-            kwargs[key] = parse_seconds(raw, key)
+            # Host time per iteration: milliseconds in practice; a minute is far beyond any engine.
+            kwargs[key] = parse_seconds(raw, key, high=60.0)
         elif key == "admission":
             text = str(raw).strip().lower()
             if text not in ADMISSIONS:

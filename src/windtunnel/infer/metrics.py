@@ -134,9 +134,10 @@ class ServingResult:
     def goodput_per_device(self) -> float:
         return self.goodput_requests_per_s / self.devices if self.devices else 0.0
 
-    def to_json_dict(self) -> dict:
-        """The JSON contract of ``infer simulate --json``."""
-        return {
+    def to_json_dict(self, *, timings: bool = False) -> dict:
+        """The JSON contract of ``infer simulate --json``: the same inputs and seed give the same bytes, so the
+        wall-clock seconds the simulation took (``wall_s``) are in it only with ``timings``."""
+        doc = {
             "model": self.model, "hardware": self.hardware, "deployment": self.deployment, "traffic": self.traffic,
             "slo": {"ttft_s": self.slo.ttft_s, "tpot_s": self.slo.tpot_s}, "seed": self.seed, "devices": self.devices,
             "pools": self.pools, "requests": self.requests, "completed": self.completed, "rejected": self.rejected,
@@ -156,10 +157,13 @@ class ServingResult:
             "preemptions": self.preemptions,
             "kv_cache": {"peak_fraction": self.kv_peak_fraction, "mean_fraction": self.kv_mean_fraction},
             "series": self.series, "instances": self.instances, "per_class": self.per_class,
-            "assumptions": self.assumptions, "events": self.events, "wall_s": self.wall_s,
+            "assumptions": self.assumptions, "events": self.events,
             "switches": self.switches, "overloaded": self.overloaded, "served_rate": self.load.get("served_rate"),
             "offered_rate": self.load.get("offered_rate"), "load": self.load, "prefix_cache": self.prefix_cache,
         }
+        if timings:
+            doc["wall_s"] = self.wall_s
+        return doc
 
 
 def _series(out: SimOutput, start: float, end: float) -> tuple[dict, float, float]:
@@ -240,7 +244,7 @@ def summarise(out: SimOutput, *, model: str, hardware: str, deployment: str, tra
             per_class[name] = {"requests": int(mask.sum()), "ttft_s": _percentiles(ttft[mask]),
                                "tpot_s": _percentiles(tpot[mask]), "e2e_s": _percentiles(e2e[mask]),
                                "slo_attainment": float(ok[mask].mean())}
-    return ServingResult(
+    result = ServingResult(
         model=model, hardware=hardware, deployment=deployment, traffic=traffic, slo=slo, seed=seed, devices=devices,
         pools=pools, requests=int(out.prompt.size), completed=int(done.sum()), rejected=int(out.rejected.sum()),
         ttft_s=_percentiles(ttft), tpot_s=_percentiles(tpot), e2e_s=_percentiles(e2e), makespan_s=makespan,
@@ -252,6 +256,28 @@ def summarise(out: SimOutput, *, model: str, hardware: str, deployment: str, tra
         preemptions=int(out.preempted.sum()), kv_peak_fraction=kv_peak, kv_mean_fraction=kv_mean, series=series,
         instances=instances, per_class=per_class, assumptions=assumptions, events=out.events, switches=out.switches,
         load=load_summary(out, makespan, out.closed_loop), prefix_cache=out.prefix_cache)
+    check_serving_result(result)
+    return result
+
+
+def check_serving_result(result: ServingResult) -> None:
+    """No result that cannot be true leaves the simulator: latencies, makespan and rates finite and >= 0,
+    attainment and KV fractions in [0, 1] (else an InternalError with the inputs)."""
+    from windtunnel.specs.errors import check_result
+
+    inputs = {"model": result.model, "hardware": result.hardware, "deployment": result.deployment,
+              "traffic": result.traffic, "seed": result.seed}
+    times = {"makespan_s": result.makespan_s, "requests_per_s": result.requests_per_s,
+             "output_tokens_per_s": result.output_tokens_per_s, "input_tokens_per_s": result.input_tokens_per_s,
+             "goodput_requests_per_s": result.goodput_requests_per_s}
+    for name in ("ttft_s", "tpot_s", "e2e_s"):
+        times.update({f"{name}.{k}": v for k, v in getattr(result, name).items()})
+    for klass, values in result.per_class.items():
+        for name in ("ttft_s", "tpot_s", "e2e_s"):
+            times.update({f"per_class.{klass}.{name}.{k}": v for k, v in values[name].items()})
+    check_result("a serving simulation returned an impossible value", inputs, times=times,
+                 shares={"slo_attainment": result.slo_attainment, "kv_peak_fraction": result.kv_peak_fraction,
+                         "kv_mean_fraction": result.kv_mean_fraction})
 
 
 def load_text(load: dict) -> str:

@@ -11,8 +11,9 @@ _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|us|s|se
 _SCALE = {None: 1.0, "s": 1.0, "sec": 1.0, "ms": 1e-3, "us": 1e-6, "min": 60.0, "m": 60.0, "h": 3600.0}
 
 
-def parse_seconds(value: object, field: str) -> float:
-    """A duration in seconds from ``2s``, ``100ms``, ``1.5min``, ``1h`` or a bare number (seconds)."""
+def parse_seconds(value: object, field: str, *, high: float | None = None) -> float:
+    """A duration in seconds from ``2s``, ``100ms``, ``1.5min``, ``1h`` or a bare number (seconds); at most
+    ``high`` seconds when given."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         seconds = float(value)
     else:
@@ -24,6 +25,9 @@ def parse_seconds(value: object, field: str) -> float:
         seconds = float(match.group(1)) * _SCALE[match.group(2)]
     if not math.isfinite(seconds) or seconds < 0:
         raise WindtunnelError(f"Field '{field}' must be a non-negative duration, got {value!r}.", field=field)
+    if high is not None and seconds > high:
+        raise WindtunnelError(f"Field '{field}' is {value!r} ({seconds:g} s); it must be a duration from 0 to {high:g} s.",
+                              field=field)
     return seconds
 
 

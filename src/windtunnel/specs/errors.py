@@ -38,3 +38,34 @@ def did_you_mean(name: str, values) -> str:
     if not found:
         return ""
     return " - did you mean " + " or ".join(f"'{v}'" for v in found) + "?"
+
+
+class InternalError(WindtunnelError):
+    """A result that cannot be true (a non-finite or negative time, a share outside [0, 1], a feasible plan
+    over its memory): a bug in windtunnel, raised with the inputs that produced it instead of a number."""
+
+    def __init__(self, what: str, inputs: object) -> None:
+        shown = str(inputs)
+        if len(shown) > 2000:
+            shown = shown[:2000] + " ..."
+        super().__init__(f"Internal error, please report it with this message: {what}. Inputs: {shown}",
+                         field="internal")
+
+
+def check_result(what: str, inputs: object, *, times: dict | None = None, shares: dict | None = None,
+                 finite: dict | None = None) -> None:
+    """Raise :class:`InternalError` unless every value of ``times`` is finite and >= 0, of ``shares`` finite in
+    [0, 1] and of ``finite`` finite (None values are skipped: a percentile of no requests)."""
+    import math
+
+    def bad(rule: str, values: dict | None, ok) -> None:
+        for key, value in (values or {}).items():
+            if value is None:
+                continue
+            number = float(value)
+            if not (math.isfinite(number) and ok(number)):
+                raise InternalError(f"{what}: '{key}' is {value!r}, which is not {rule}", inputs)
+
+    bad("a finite time of at least 0", times, lambda v: v >= 0)
+    bad("a finite share between 0 and 1", shares, lambda v: -1e-9 <= v <= 1 + 1e-9)
+    bad("a finite number", finite, lambda v: True)

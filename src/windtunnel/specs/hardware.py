@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PositiveInt
 
 from windtunnel.specs.errors import WindtunnelError, choices_text, did_you_mean
 from windtunnel.specs.validation import build
@@ -19,12 +19,34 @@ from windtunnel.specs.yamlio import catalog_dir, read_yaml
 PRECISIONS = ("bf16", "fp16", "fp8")
 
 
+def _within(low: float, high: float, rule: str, *, high_open: bool = False):
+    """A validator: a finite number in [low, high] (``high_open``: below high); else ``rule`` is the message."""
+    def check(value: float) -> float:
+        value = float(value)
+        if not (low <= value < high if high_open else low <= value <= high):  # NaN fails both
+            raise ValueError(rule)
+        return value
+    return AfterValidator(check)
+
+
+# Physical ranges of what a device can have (far beyond any chip or link built or announced): a value
+# outside them is a typo or a unit slip, and would make a step take forever or no time at all.
+Bandwidth = Annotated[float, _within(1e6, 1e16, "must be a finite bandwidth from 1e6 to 1e16 bytes/s "
+                                     "(1 MB/s to 10 PB/s per device per direction)")]
+Latency = Annotated[float, _within(0.0, 3600.0, "must be a finite latency from 0 s to below 3600 s (an hour)",
+                                   high_open=True)]
+FlopRate = Annotated[float, _within(1e9, 1e18, "must be a finite peak from 1e9 to 1e18 FLOP/s")]
+Capacity = Annotated[float, _within(1e6, 1e16, "must be a finite capacity from 1e6 to 1e16 bytes (1 MB to 10 PB)")]
+ExpRate = Annotated[float, _within(1e6, 1e18, "must be a finite rate from 1e6 to 1e18 exponentials/s")]
+Power = Annotated[float, _within(1.0, 1e6, "must be a finite power from 1 to 1e6 W")]
+
+
 class Link(BaseModel):
     """One link class as seen by one device: unidirectional bandwidth (bytes/s) and latency (s)."""
 
     model_config = ConfigDict(extra="forbid")
-    bandwidth: PositiveFloat
-    latency: float = Field(ge=0.0)
+    bandwidth: Bandwidth
+    latency: Latency
     link: str = ""
 
 
@@ -38,18 +60,18 @@ class Chip(BaseModel):
     name: str
     vendor: str
     generation: str
-    peak_flops: dict[str, PositiveFloat]
-    hbm_bytes: PositiveFloat
-    hbm_bandwidth: PositiveFloat
+    peak_flops: dict[str, FlopRate]
+    hbm_bytes: Capacity
+    hbm_bandwidth: Bandwidth
     scale_up: Link
     scale_out: Link
-    exp_per_s: PositiveFloat | None = None
+    exp_per_s: ExpRate | None = None
     # The device's link to host (CPU) memory, bytes/s per direction (PCIe or NVLink-C2C), and the
     # host memory per device (bytes): what activation offloading can use. None where not catalogued.
-    host_link_bandwidth: PositiveFloat | None = None
-    host_memory_bytes: PositiveFloat | None = None
+    host_link_bandwidth: Bandwidth | None = None
+    host_memory_bytes: Capacity | None = None
     # Board power (TDP or the power limit), watts: what the job rehearsal's energy uses. None where unpublished.
-    power_w: PositiveFloat | None = None
+    power_w: Power | None = None
     default_cluster: str
     sources: dict[str, str]
 
@@ -77,8 +99,8 @@ class Tier(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
     size: PositiveInt | None = None
-    bandwidth: PositiveFloat
-    latency: float = Field(ge=0.0)
+    bandwidth: Bandwidth
+    latency: Latency
     link: str = ""
     topology: Literal["switched", "mesh"] = "switched"
 

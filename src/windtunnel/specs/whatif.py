@@ -224,6 +224,11 @@ def apply_to_cluster(cluster: Cluster, what_if: WhatIf) -> Cluster:
             cluster = _scale_chip(cluster, change, spec.chip_fields)
         if spec.tiers:
             cluster = _scale_tiers(cluster, change, spec)
+    if what_if:
+        # The changed hardware must still lie in the physical ranges a catalog or cluster file must.
+        from windtunnel.specs.validation import build
+
+        cluster = build(Cluster, cluster.model_dump(), f"The hardware after --what-if '{what_if.label}'")
     return cluster
 
 
