@@ -7,7 +7,7 @@ import math
 
 from windtunnel.infer.api import simulate_serving
 
-TRAFFIC = "poisson:rate={rate},input=lognormal(1500,0.5),output=lognormal(200,0.5),duration=120"
+TRAFFIC = "poisson:rate={rate},input=lognormal(1500,0.5),output=lognormal(200,0.5),duration=120s"
 
 
 def _run(rate: float):

@@ -91,7 +91,7 @@ def test_mooncake_trace_loads_with_its_block_hashes():
     workload = parse_traffic(f"trace:{MOONCAKE}")
     assert workload.size == 12031 and workload.block_tokens == 512
     assert all(len(h) == math.ceil(n / 512) for h, n in zip(workload.hashes, workload.prompt, strict=True))
-    first = parse_traffic(f"trace:{MOONCAKE},requests=10,start=60")
+    first = parse_traffic(f"trace:{MOONCAKE},requests=10,start=60s")
     assert first.size == 10 and len(first.hashes) == 10
 
 

@@ -30,5 +30,5 @@ def test_different_shapes_share_the_device_budget(tmp_path) -> None:
 
 def test_readme_disaggregated_deployment_is_accepted() -> None:
     doc = compare_dynamic("deepseek-v3", "ascend-910c", "prefill:ep=32,replicas=2;decode:ep=128,replicas=1",
-                          "poisson:rate=4,input=1000,output=100,duration=30", slo="ttft=2s,tpot=100ms")
+                          "poisson:rate=4,input=1000,output=100,duration=30s", slo="ttft=2s,tpot=100ms")
     assert {(r["prefill_instances"], r["decode_instances"]) for r in doc["static"]} == {(1, 1), (2, 1)}

@@ -63,6 +63,7 @@ class MarkovResult:
             "lost_seconds_by_cause": self.lost_seconds_by_cause, "states": self.states,
             "truncation_nodes": self.truncation_nodes, "p_waiting_for_repair": self.p_waiting,
             "inputs": scenario.inputs(), "assumptions": list(scenario.assumptions),
+            "warnings": scenario.warnings(),
         }
 
 

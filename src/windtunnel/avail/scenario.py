@@ -141,6 +141,22 @@ class Scenario:
         return Scenario(self.devices, self.devices_per_node, self.rates, policy, self.step_time_s, self.horizon_s,
                         self.profile_id, self.assumptions)
 
+    def warnings(self) -> list[str]:
+        """Inputs that cannot describe a working job (stated in text and in the JSON ``warnings``, never silent):
+        a blocking checkpoint that costs as much as its interval, an interval shorter than a step."""
+        p, m, out = self.policy, self.mechanics, []
+        if p.checkpoint_every_s < self.step_time_s:
+            out.append(f"checkpoint interval {p.checkpoint_every_s:g} s is shorter than one training step "
+                       f"({self.step_time_s:g} s): it was rounded up to one step ({m.tau:g} s)")
+        if not p.checkpoint_async and p.checkpoint_cost_s >= m.tau:
+            out.append(f"checkpoint cost ({p.checkpoint_cost_s:g} s) >= checkpoint interval ({m.tau:g} s): the job "
+                       "spends at least half its running time writing checkpoints; give a longer --checkpoint-every "
+                       "(with its unit, e.g. 30min), a faster write or asynchronous checkpoints")
+        if p.rollback == "memory" and p.memory_cost_s >= max(p.memory_every_s, self.step_time_s):
+            out.append(f"in-memory checkpoint cost ({p.memory_cost_s:g} s) >= its interval "
+                       f"({max(p.memory_every_s, self.step_time_s):g} s): most of the running time goes to snapshots")
+        return out
+
     def inputs(self) -> dict:
         """The scenario as plain JSON-able data (units in key names)."""
         p = self.policy

@@ -302,6 +302,7 @@ class SimResult:
                 "lost_seconds_by_cause": {c: self.ci95(c) for c in CAUSES},
             },
             "inputs": self.scenario.inputs(), "assumptions": list(self.scenario.assumptions),
+            "warnings": self.scenario.warnings(),
         }
         return out
 

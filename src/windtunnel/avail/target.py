@@ -140,7 +140,7 @@ def availability_target(sc: Scenario, *, availability: float = 0.98, ettr: float
             "rows": rows, "chosen": chosen,
             "rule": "each knob moved alone from the given scenario to where the target is just met (Markov); the chosen "
                     "point is the smallest relative change, re-simulated",
-            "assumptions": list(sc.assumptions)}
+            "assumptions": list(sc.assumptions), "warnings": sc.warnings()}
 
 
 def _scenario_at(sc: Scenario, row: dict) -> Scenario:

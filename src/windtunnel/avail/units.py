@@ -1,6 +1,7 @@
 """Durations on the command line and in fault profiles: ``30min``, ``60s``, ``12s``, ``54d``, ``24h``, ``1.5h``.
 
-Every duration is returned in seconds (float). A bare number is seconds.
+Every duration is returned in seconds (float). Text needs its unit (``--checkpoint-every 30`` is an error,
+never a guessed 30 s; ``0`` alone is fine); a number from a YAML file or the Python API is seconds.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ _UNITS_S = {
     "y": 365 * 86400.0, "yr": 365 * 86400.0, "year": 365 * 86400.0, "years": 365 * 86400.0,
 }
 _PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
-UNIT_HELP = "a number with a unit: ms, s, min, h, d, w, y (e.g. 30min, 60s, 1.5h, 54d); a bare number is seconds"
+UNIT_HELP = "a number with a unit: ms, s, min, h, d, w, y (e.g. 30min, 60s, 1.5h, 54d)"
 
 
 def parse_duration(value: str | float | int, field: str = "duration", *, allow_zero: bool = True) -> float:
@@ -36,6 +37,9 @@ def parse_duration(value: str | float | int, field: str = "duration", *, allow_z
             raise WindtunnelError(
                 f"Field '{field}' has value '{value}', which is not a duration; give {UNIT_HELP}.", field=field
             )
+        if not unit and float(match.group(1)) != 0.0:
+            raise WindtunnelError(f"Field '{field}' has value '{value}', a number without a unit; give {UNIT_HELP}.",
+                                  field=field)
         seconds = float(match.group(1)) * (_UNITS_S[unit] if unit else 1.0)
     if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
         rule = "a positive duration" if not allow_zero else "a duration of zero or more"

@@ -116,6 +116,8 @@ def _summary_table(title: str, data: dict) -> None:
         table.add_row(f"lost to {cause} (h, % of wall)", f"{sec / 3600:.2f} ({sec / horizon:.2%})",
                       f"{c[0] / 3600:.2f} .. {c[1] / 3600:.2f}" if c else "")
     console.print(table)
+    for line in data.get("warnings") or []:
+        console.print(f"warning: {line}", style="yellow", markup=False)
 
 
 @scenario_command("simulate")
@@ -203,7 +205,7 @@ def optimize_cmd(
     bad = [k for k in knob if k not in knobs]
     if bad:
         raise WindtunnelError(f"Unknown knob '{bad[0]}' (field 'knob'); valid knobs: {choices_text(knobs)}.", field="knob")
-    out: dict = {"inputs": sc.inputs(), "assumptions": list(sc.assumptions)}
+    out: dict = {"inputs": sc.inputs(), "assumptions": list(sc.assumptions), "warnings": sc.warnings()}
     for k in knob:
         if k == "checkpoint-every":
             mtbf = 1.0 / sc.rates.failure_rate_per_s
@@ -387,7 +389,8 @@ def goodput_cmd(
     plan: list[str] = typer.Option(..., help="Parallel plan (repeat to compare plans)."),
     faults: str = FAULTS,
     policy: str = POLICY,
-    storage_bandwidth: float = typer.Option(2.0e12, help="Checkpoint storage bandwidth (bytes/s)."),
+    storage_bandwidth: str = typer.Option("2TB/s", help="Checkpoint storage bandwidth with its unit, e.g. 2TB/s, "
+                                          "500GB/s or 400Gb/s."),
     method: str = typer.Option("markov", help="markov or simulate."),
     profile: Path | None = typer.Option(None, help="Calibration profile of the chip for the step times (from "
                                         "`windtunnel calibrate ... --out`; not a fault profile, see --faults)."),
@@ -397,10 +400,13 @@ def goodput_cmd(
 ) -> None:
     """Failure-aware goodput: tokens/s from Sim2Train times ETTR from Sim2Availability, for each plan."""
     from windtunnel.api import failure_aware_goodput
+    from windtunnel.job.units import parse_bandwidth
+
+    bandwidth = parse_bandwidth(storage_bandwidth)
 
     def run(what: list[str] | None) -> list[dict]:
         return failure_aware_goodput(model, hardware, devices, seq_len=seq_len, global_batch=global_batch, plans=plan,
-                                     faults=faults, policy=policy, storage_bandwidth_bytes_per_s=storage_bandwidth,
+                                     faults=faults, policy=policy, storage_bandwidth_bytes_per_s=bandwidth,
                                      method=method, profile=profile, what_if=what)
 
     rows = run(None)

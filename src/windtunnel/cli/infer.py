@@ -113,6 +113,8 @@ def print_result(result) -> None:
     for name, cls in d["per_class"].items():
         console.print(f"  class {name}: {cls['requests']:,} requests, TTFT p90 {_ms(cls['ttft_s']['p90'])} ms, "
                       f"TPOT p90 {_ms(cls['tpot_s']['p90'])} ms, SLO attainment {cls['slo_attainment']:.1%}")
+    for line in d.get("warnings") or []:
+        console.print(f"warning: {line}", style="yellow", markup=False)
 
 
 @infer_app.command("simulate")

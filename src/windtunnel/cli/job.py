@@ -137,6 +137,7 @@ def _print(doc: dict) -> None:
         console.print(f"{p['name']}: {p['plan']}; checkpoint {p['checkpoint']['bytes'] / 1e12:.3g} TB; failure stops "
                       f"{p['blast_radius']['stops']}", markup=False)
     sys.stdout.write("".join(f"- {a}\n" for a in doc["assumptions"]))
+    sys.stdout.write("".join(f"warning: {w}\n" for w in doc.get("warnings") or []))
 
 
 def add_failure_ranking(document: dict, model: str, hardware: str, devices: int, faults: str, policy: str,

@@ -112,6 +112,9 @@ def simulate_serving(
                        slo=slo_spec, seed=seed, devices=devices, pools=[pool_summary(p) for p in plans],
                        class_names=workload.class_names,
                        assumptions=assumptions_for(spec, plans, workload, dep) + notes)
+    from windtunnel.infer.slo_check import slo_warnings
+
+    result.warnings = slo_warnings(sim.instances, slo_spec, int(workload.prompt.min()) if workload.size else 0)
     result.wall_s = time.perf_counter() - wall
     return result
 

@@ -125,6 +125,7 @@ class ServingResult:
     switches: list[dict] = field(default_factory=list)
     load: dict = field(default_factory=dict)
     prefix_cache: dict | None = None
+    warnings: list[str] = field(default_factory=list)  # impossible inputs (an SLO below one iteration), stated
 
     @property
     def overloaded(self) -> bool:
@@ -160,6 +161,7 @@ class ServingResult:
             "assumptions": self.assumptions, "events": self.events,
             "switches": self.switches, "overloaded": self.overloaded, "served_rate": self.load.get("served_rate"),
             "offered_rate": self.load.get("offered_rate"), "load": self.load, "prefix_cache": self.prefix_cache,
+            "warnings": self.warnings,
         }
         if timings:
             doc["wall_s"] = self.wall_s

@@ -12,16 +12,21 @@ _SCALE = {None: 1.0, "s": 1.0, "sec": 1.0, "ms": 1e-3, "us": 1e-6, "min": 60.0, 
 
 
 def parse_seconds(value: object, field: str, *, high: float | None = None) -> float:
-    """A duration in seconds from ``2s``, ``100ms``, ``1.5min``, ``1h`` or a bare number (seconds); at most
-    ``high`` seconds when given."""
+    """A duration in seconds from ``2s``, ``100ms``, ``1.5min``, ``1h``; at most ``high`` seconds when given. Text
+    needs its unit (``--slo tpot=100`` is an error, never a guessed 100 s; ``0`` alone is fine); a number from a YAML
+    file or the Python API is seconds."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         seconds = float(value)
     else:
         match = _DURATION.match(str(value))
         if not match:
             raise WindtunnelError(
-                f"Field '{field}' is '{value}', which is not a duration; write a number of seconds or a number "
-                "with a unit: us, ms, s, min, h (e.g. 2s, 100ms).", field=field)
+                f"Field '{field}' is '{value}', which is not a duration; write a number with a unit: us, ms, s, min, "
+                "h (e.g. 2s, 100ms).", field=field)
+        if match.group(2) is None and float(match.group(1)) != 0.0:
+            raise WindtunnelError(
+                f"Field '{field}' is '{value}', a number without a unit; a duration needs one of us, ms, s, min, h "
+                f"(e.g. {match.group(1)}ms or {match.group(1)}s).", field=field)
         seconds = float(match.group(1)) * _SCALE[match.group(2)]
     if not math.isfinite(seconds) or seconds < 0:
         raise WindtunnelError(f"Field '{field}' must be a non-negative duration, got {value!r}.", field=field)

@@ -241,6 +241,7 @@ def rehearse_phase(inp: JobInputs, phase: Phase, *, keep_timeline: bool = True) 
                       "wall_s_ci95": [useful_s / hi if hi > 0 else None, useful_s / lo if lo > 0 else None]},
         "band_tokens_per_s": (train.band or {}).get("tokens_per_s_band"),
         "scenario_assumptions": list(sc.assumptions),
+        "scenario_warnings": [f"phase {phase.name}: {w}" for w in sc.warnings()],
     }
     if search_note is not None:
         row["plan_search"] = search_note
@@ -332,10 +333,12 @@ def rehearse_job(inp: JobInputs, phases: list[Phase], *, keep_timeline: bool = T
                        "phases costs nothing beyond a checkpoint; the fault rates are stationary over the run")
     assumptions.append("device-hours = the job's devices x wall time (down time included, as model cards count); "
                        "spare nodes held by the policy are not counted")
+    warnings: list[str] = []
     for r in rows:
         for a in r.pop("scenario_assumptions"):
             if a not in assumptions:
                 assumptions.append(a)
+        warnings.extend(r.pop("scenario_warnings"))
     doc = {
         "model": inp.model, "hardware": inp.hardware, "devices": inp.devices, "faults": inp.faults,
         "policy": inp.policy, "tokens": sum(p.tokens for p in phases),
@@ -345,7 +348,7 @@ def rehearse_job(inp: JobInputs, phases: list[Phase], *, keep_timeline: bool = T
         "lost_seconds_by_cause": lost, "device_hours": device_hours, "energy_kwh": energy, "pue": inp.pue,
         "cost": cost, "cost_breakdown": breakdown or None, "currency": inp.currency or None,
         "price_per_device_hour": inp.price_per_device_hour, "energy_price_per_kwh": inp.energy_price_per_kwh,
-        "phases": rows, "assumptions": assumptions,
+        "phases": rows, "assumptions": assumptions, "warnings": warnings,
     }
     return doc
 
