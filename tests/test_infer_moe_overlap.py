@@ -52,3 +52,13 @@ def test_legacy_expert_kernel_on_hopper_runs_at_amperes_per_sm_rate() -> None:
     tokens = 8192
     # Compute-bound expert math: the legacy kernel is ~2x slower than the bf16-rate one and far below fp8 wgmma.
     assert legacy._expert_part(tokens) > 1.8 * native._expert_part(tokens)
+
+
+def test_low_latency_dispatch_sends_every_topk_copy_over_rdma() -> None:
+    """DeepEP's low-latency decode kernels send each of a token's top-k copies to its expert's rank (pure RDMA);
+    the normal kernels send it once per remote node. A decode instance's dispatch therefore moves more bytes."""
+    decode = _deepseek("decode")
+    assert not decode.dispatch_dedup and _deepseek("prefill").dispatch_dedup
+    deduplicated = _deepseek("decode")
+    deduplicated.dispatch_dedup = True
+    assert decode._group_parts(128)[3] > 1.1 * deduplicated._group_parts(128)[3]  # MoE-layer communication

@@ -88,6 +88,11 @@ class IterationModel:
         # is scaled by the group size (DeepEP README: 40-58 GB/s RDMA per H800 at EP 8 to 256).
         self.a2a_eff = replace(self.eff, half_message_bytes=self.eff.half_message_bytes / max(1, plan.ep))
         self.dispatch_rate = self._dispatch_compute_rate()
+        # DeepEP's low-latency kernels (decode instances with two-batch overlap, see _dispatch_compute_rate) send
+        # every top-k copy of a token straight to its expert's rank over RDMA ("low-latency kernels with pure
+        # RDMA"; their benchmark: 128 tokens x top-8 x 7168 at 39-46 GB/s per H800 NIC for EP 64-256), where the
+        # normal kernels send a token once per remote node and forward it over NVLink.
+        self.dispatch_dedup = not (plan.tbo and plan.role == "decode")
         self.layers = model.layers
         self.dense_layers = model.dense_layers
         self.moe_layers = model.moe_layers
@@ -102,11 +107,14 @@ class IterationModel:
     def _dispatch_compute_rate(self) -> float:
         """Share of the compute units left to a MoE layer's compute while its overlapped expert dispatch runs.
 
-        DeepEP's normal (throughput) kernels, which DeepSeek and SGLang run for prefill, are SM kernels: they hold
-        ``overlap_comm_units`` of the chip's units while they run (the cost core's figure, efficiency.yaml: 20 of
-        the H800's 132 SMs, DeepSeek-V3 report Sec. 3.2.2), as in training's overlapped chunks. Its low-latency
-        kernels, run for decode, overlap through a receive hook "which does not occupy any SM resource" (DeepEP
-        README, low-latency kernels), so decode instances keep every unit. 1.0 without EP or overlap."""
+        Deployments with two-batch overlap and expert parallelism run DeepEP-style dispatch (DeepSeek, SGLang):
+        normal (throughput) kernels for prefill, low-latency kernels for decode (DeepEP README, V1 docs/legacy.md:
+        normal kernels "suitable for both training and inference prefilling", low-latency kernels "for
+        latency-sensitive inference decoding"). Normal kernels are SM kernels: they hold ``overlap_comm_units``
+        of the chip's units while they run (the cost core's figure, efficiency.yaml: 20 of the H800's 132 SMs,
+        DeepSeek-V3 report Sec. 3.2.2), as in training's overlapped chunks. Low-latency kernels overlap through
+        a receive hook "without costing any GPU SMs from the computation part" (same docs), so decode instances
+        keep every unit. 1.0 without EP or overlap."""
         p, e = self.plan, self.eff
         if not (p.tbo and p.ep > 1 and self.model.moe is not None) or p.role == "decode" or not e.overlap_comm_units:
             return 1.0
@@ -276,9 +284,10 @@ class IterationModel:
                 # Each rank of the busiest TP group dispatches its 1/tp share of the group's tokens.
                 per_rank = tr / p.tp
                 dispatch_bytes = 1.0 if self.precision in ("fp8", "int8") else ACT
+                fanout = moe.topk if self.dispatch_dedup else 1
                 moe_comm += self._collective("all_to_all", dispatch_bytes * per_rank * moe.topk * h, self.ep_group,
-                                             fanout=moe.topk)
-                moe_comm += self._collective("all_to_all", ACT * per_rank * moe.topk * h, self.ep_group, fanout=moe.topk)
+                                             fanout=fanout)
+                moe_comm += self._collective("all_to_all", ACT * per_rank * moe.topk * h, self.ep_group, fanout=fanout)
                 if self.etp > 1:
                     moe_comm += self._collective("all_reduce", ACT * per_rank * h * self.etp,
                                                  place_group("etp", self.etp, 1, p.cluster))
