@@ -54,8 +54,11 @@ def _short(plan: str) -> str:
 
 
 def write_table(document: dict, path: Path) -> None:
-    """Ranked plans as CSV or Parquet (by extension), written atomically."""
-    frame = pd.DataFrame([{**{k: v for k, v in row.items() if k != "breakdown"},
+    """Ranked plans as CSV or Parquet (by extension), written atomically; each row also names the job it is a
+    plan of (model, hardware, devices, seq_len, global_batch, framework), so the file stands on its own."""
+    job = {key: document.get(key) for key in ("model", "hardware", "chip", "devices", "seq_len", "global_batch",
+                                              "framework")}
+    frame = pd.DataFrame([{**{k: v for k, v in row.items() if k != "breakdown"}, **job,
                            **{f"breakdown_{k}_s": v for k, v in row["breakdown"].items()}}
                           for row in document["plans"]])
     if path.suffix == ".csv":
