@@ -27,7 +27,11 @@ def _first_non_finite(value: Any, path: str = "") -> str | None:
 
 def dumps(data: Any, **kwargs: Any) -> str:
     """``json.dumps(data, allow_nan=False, **kwargs)``; a non-finite number is an InternalError naming where
-    it is (a result that reached the output without its check), not a ValueError traceback."""
+    it is (a result that reached the output without its check), not a ValueError traceback. A result printed by a
+    windtunnel command carries its provenance (report/provenance.py: version, inputs, catalog digest)."""
+    from windtunnel.report.provenance import stamp
+
+    data = stamp(data)
     try:
         return json.dumps(data, allow_nan=False, **kwargs)
     except ValueError as exc:
