@@ -16,6 +16,7 @@ from windtunnel.cli.graph import register as register_graph
 from windtunnel.cli.infer import infer_app, validate_inference_cmd
 from windtunnel.cli.job import register as register_job
 from windtunnel.cli.profiling import register as register_profiling
+from windtunnel.cli.root import register as register_root
 from windtunnel.specs.errors import WindtunnelError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -36,12 +37,14 @@ register_explain(train_app, app)  # train explain, train sensitivity, compare tr
 register_job(train_app)  # train job
 register_profiling(calibrate_app, app)  # calibrate collectives, calibrate trace, probe
 register_graph(app)  # graph show
+register_root(app)  # --version; a single-valued option given twice is an error, on every verb
 
 console = Console()
 UNFUSED_LOSS_HELP = "Unfused fp32 cross-entropy (Megatron-LM's default) instead of the stack's loss kernel."
 FRAMEWORK_HELP = ("Training stack: megatron (default), megatron-lm, megatron-lm-2021, nemo, megatron-bridge, pytorch-fsdp, "
                   "pytorch-fsdp2, llm-foundry, torchtitan, deepspeed, mindspeed, jax, or a stack YAML file. Plan fields "
                   "left unset (zero, grads, sp, tp_overlap, dispatcher) take the stack's defaults.")
+WIDE = typer.Option(False, "--wide", help="Full-width tables (default: fit 80 columns, abbreviations explained).")
 PROFILE_HELP = ("Calibration profile of the chip (from `windtunnel calibrate ... --out`), overlaid on the shipped "
                 "calibration.")
 
@@ -57,7 +60,21 @@ def _emit_json(data: dict) -> None:
     sys.stdout.write(strict_json(data, indent=2, sort_keys=True) + "\n")
 
 
-@train_app.command("simulate")
+from windtunnel.cli.keys import PLAN_KEYS, epilog  # noqa: E402 - names only, no model import
+
+PLAN_EPILOG = epilog(PLAN_KEYS, "windtunnel train plan-keys")
+
+
+@train_app.command("plan-keys")
+def train_plan_keys(as_json: bool = typer.Option(False, "--json", help="Print as JSON.")) -> None:
+    """List every plan key (the Plan model's fields): values, default, meaning; one line each."""
+    from windtunnel.cli.keys import plan_key_rows, print_keys
+
+    print_keys(plan_key_rows(), as_json, "plan keys (--plan key=value,...; bare flags sp, tp_overlap, ep_overlap, "
+                                         "dualpipe; recompute=full:N):")
+
+
+@train_app.command("simulate", epilog=PLAN_EPILOG)
 def train_simulate(
     model: str = typer.Option(..., help="Catalog model id, model YAML, or Hugging Face config.json."),
     hardware: str = typer.Option(..., help="Chip id (uses its default cluster), cluster id, or cluster YAML."),
@@ -146,7 +163,22 @@ def _parse_pins(pins: list[str]) -> dict[str, list]:
     return out
 
 
-@train_app.command("search")
+def _check_fault_options(faults: str | None, checkpoint_every: str | None, storage_bandwidth: str | None) -> None:
+    """The failure-ranking options are read before the search (a bad one would surface after it), and only
+    with --faults (without it they would be silently ignored)."""
+    from windtunnel.avail.units import parse_duration
+    from windtunnel.job.units import parse_bandwidth
+
+    for option, value, parse in (("--checkpoint-every", checkpoint_every, parse_duration),
+                                 ("--storage-bandwidth", storage_bandwidth, parse_bandwidth)):
+        if value is not None:
+            parse(value, option.lstrip("-"))
+            if faults is None:
+                raise WindtunnelError(f"Option {option} applies to the failure ranking; give --faults too (or leave "
+                                      f"{option} out).", field=option.lstrip("-"))
+
+
+@train_app.command("search", epilog=PLAN_EPILOG)
 def train_search(
     model: str = typer.Option(..., help="Catalog model id, model YAML, or Hugging Face config.json."),
     hardware: str = typer.Option(..., help="Chip id (uses its default cluster), cluster id, or cluster YAML."),
@@ -187,11 +219,11 @@ def train_search(
     policy: str = typer.Option("restart-from-checkpoint", help="Recovery policy for --faults (as in `avail`)."),
     checkpoint_every: str | None = typer.Option(None, help="Checkpoint interval for --faults (default: Daly's)."),
     storage_bandwidth: str | None = typer.Option(None, help="Checkpoint storage bandwidth for --faults, e.g. 2TB/s."),
+    wide: bool = WIDE,
 ) -> None:
     """Search the parallel-plan space for the fastest plan that fits: enumerate, prune, screen, refine."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
     from windtunnel.api import resolve_model
+    from windtunnel.cli.progress import progress_reporter
     from windtunnel.report.search_report import search_table, write_html, write_table
     from windtunnel.search.backends import make_backend
     from windtunnel.specs.hardware import load_hardware
@@ -213,6 +245,7 @@ def train_search(
     if dispatcher not in ("deepep", "alltoall", "allgather"):
         raise WindtunnelError(f"Field 'dispatcher' is '{dispatcher}'; valid: deepep, alltoall, allgather.",
                               field="dispatcher")
+    _check_fault_options(faults, checkpoint_every, storage_bandwidth)
     spec, dag = resolve_model(model, batch_shape or None)
     if dag is not None and not hasattr(dag, "imported"):
         raise WindtunnelError("Plan search needs a transformer model (catalog, YAML or config.json) or an ONNX model, "
@@ -227,9 +260,10 @@ def train_search(
                                   "--global-batch, --batch-shape, --precision, --framework, --top and --json.",
                                   field=unused[0].lstrip("-"))
 
-        document = search_dag(spec, dag, load_hardware(hardware, devices), global_batch, precision=precision,
-                              framework=framework, top=top)
-        _emit_json(document) if as_json else search_table(document, console)
+        with progress_reporter() as progress:
+            document = search_dag(spec, dag, load_hardware(hardware, devices), global_batch, precision=precision,
+                                  framework=framework, top=top, progress=progress)
+        _emit_json(document) if as_json else search_table(document, console, wide=wide)
         return
     cluster = load_hardware(hardware, devices)
     cluster.chip.peak(precision)
@@ -245,17 +279,8 @@ def train_search(
                         framework=load_stack(framework).id, fitted_override=fitted)
     state_path = state or Path(f".windtunnel-search-{space.fingerprint()}.json")
     runner = make_backend(backend, address=address, workers=workers)
-    show = not as_json and sys.stderr.isatty()
     try:
-        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:,}/{task.total:,}"),
-                      TimeElapsedColumn(), console=Console(stderr=True), disable=not show, transient=True) as bar:
-            tasks: dict[str, int] = {}
-
-            def progress(phase: str, done: int, total: int) -> None:
-                if phase not in tasks:
-                    tasks[phase] = bar.add_task(phase, total=total)
-                bar.update(tasks[phase], completed=done, total=total)
-
+        with progress_reporter() as progress:
             document = search_training(space, runner, top=top, refine_count=refine, baseline=baseline,
                                        state_path=state_path, resume=resume, progress=progress)
     except KeyboardInterrupt:
@@ -279,7 +304,7 @@ def train_search(
     if as_json:
         _emit_json(document)
     else:
-        search_table(document, console)
+        search_table(document, console, wide=wide)
         if faults is not None:
             from windtunnel.cli.job import print_failure_ranking
 
@@ -298,6 +323,7 @@ def validate_training(
     as_json: bool = typer.Option(False, "--json", help="Print rows and summary as JSON."),
     profile: list[Path] = typer.Option([], help="Calibration profile(s), one per chip and stack: every row is "
                                        "predicted before and after its chip's profile (repeat for several chips)."),
+    wide: bool = WIDE,
 ) -> None:
     """Predict every row of a training-measurement CSV and report the errors."""
     from windtunnel.validation import training as validation
@@ -311,7 +337,11 @@ def validate_training(
                                   "instead.", field="out")
         validate_with_profiles(csv_path, profile, as_json)
         return
-    run_validation(validation, "training", csv_path, out, as_json, console, _emit_json)
+    from windtunnel.cli.progress import progress_reporter
+
+    with progress_reporter() as progress:
+        run_validation(validation, "training", csv_path, out, as_json, console, _emit_json, progress=progress,
+                       wide=wide)
 
 
 @validate_app.command("all")
@@ -326,6 +356,7 @@ def validate_all(
                                           "here (e.g. src/windtunnel/catalog/bands.yaml)."),
 ) -> None:
     """Predict every row of every training CSV once: accuracy per slice, plans over memory, ranking, bands."""
+    from windtunnel.cli.progress import progress_reporter
     from windtunnel.specs.yamlio import write_atomic
     from windtunnel.validation.bands import bands_yaml, derive_bands, sources_of
     from windtunnel.validation.fidelity import (
@@ -337,7 +368,8 @@ def validate_all(
     )
 
     paths = [str(p) for p in csv_paths] if csv_paths else list(DEFAULT_CSVS)
-    files = predict_files(paths)
+    with progress_reporter() as progress:
+        files = predict_files(paths, progress=progress)
     pairs = [(f.path, f.results) for f in files]
     bands = derive_bands(pairs)
     document = build_document(files, baseline=baseline, bands=bands)
@@ -371,13 +403,33 @@ def catalog_list(as_json: bool = typer.Option(False, "--json", help="Print as JS
             console.print(f"[bold]{key}[/]: {', '.join(values)}")
 
 
-def main() -> None:
-    """Entry point: user errors become one clear message and exit code 2, never a traceback."""
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: user errors (ours and the option parser's) become one `error:` paragraph and exit code 2, never
+    a traceback. ``argv`` (default: sys.argv[1:]) lets tests run the command in-process."""
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError  # typer vendors click
+    from typer.exceptions import Abort
+
     try:
-        app()
+        code = app(args=argv, prog_name="windtunnel", standalone_mode=False)
     except WindtunnelError as exc:
         sys.stderr.write(f"error: {exc}\n")
         sys.exit(2)
+    except NoArgsIsHelpError as exc:  # a bare group: its help, as typer prints it
+        from typer import rich_utils
+
+        rich_utils.rich_format_error(exc)
+        sys.exit(exc.exit_code)
+    except UsageError as exc:  # unknown option, missing value, a value of the wrong type
+        hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+        sys.stderr.write(f"error: {' '.join(exc.format_message().split())}{hint}\n")
+        sys.exit(2)
+    except ClickException as exc:
+        sys.stderr.write(f"error: {' '.join(exc.format_message().split())}\n")
+        sys.exit(2)
+    except Abort:
+        sys.stderr.write("aborted\n")
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

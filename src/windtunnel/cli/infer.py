@@ -13,9 +13,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from windtunnel.cli.keys import DEPLOYMENT_KEYS, epilog
+
 infer_app = typer.Typer(no_args_is_help=True, help="Sim2Infer: LLM serving under traffic (TTFT, TPOT, goodput at "
                                                    "SLO), deployment search, dynamic prefill/decode role switching.")
 console = Console()
+DEPLOYMENT_EPILOG = epilog(DEPLOYMENT_KEYS, "windtunnel infer deployment-keys")
 
 MODEL = typer.Option(..., help="Catalog model id, model YAML, or Hugging Face config.json.")
 HARDWARE = typer.Option(..., help="Chip id (its default cluster), cluster id, or cluster YAML.")
@@ -30,31 +33,6 @@ def _emit_json(data: dict) -> None:
     from windtunnel.report.jsonout import dumps as strict_json
 
     sys.stdout.write(strict_json(data, indent=2, sort_keys=True) + "\n")
-
-
-class stderr_progress:  # noqa: N801 - used as a context manager like rich's Progress
-    """Progress of a long command on stderr: a rich bar on a terminal, plain lines otherwise."""
-
-    def __enter__(self):
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self.tty = sys.stderr.isatty()
-        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:,}/{task.total:,}"),
-                            TimeElapsedColumn(), console=Console(stderr=True), transient=True, disable=not self.tty)
-        self.bar.__enter__()
-        self.tasks: dict[str, int] = {}
-        return self
-
-    def __call__(self, phase: str, done: int, total: int) -> None:
-        if not self.tty:
-            sys.stderr.write(f"{phase}: {done:,}/{total:,}\n")
-            return
-        if phase not in self.tasks:
-            self.tasks[phase] = self.bar.add_task(phase, total=total)
-        self.bar.update(self.tasks[phase], completed=done, total=total)
-
-    def __exit__(self, *exc) -> None:
-        self.bar.__exit__(*exc)
 
 
 def _ms(value: float | None) -> str:
@@ -117,7 +95,15 @@ def print_result(result) -> None:
         console.print(f"warning: {line}", style="yellow", markup=False)
 
 
-@infer_app.command("simulate")
+@infer_app.command("deployment-keys")
+def deployment_keys_cmd(as_json: bool = typer.Option(False, "--json", help="Print as JSON.")) -> None:
+    """List every key of a deployment pool (role:key=value,...;role:...): values, default, meaning; one line each."""
+    from windtunnel.cli.keys import deployment_key_rows, print_keys
+
+    print_keys(deployment_key_rows(), as_json, "deployment keys (mixed:tp=8,replicas=2 | prefill:...;decode:...):")
+
+
+@infer_app.command("simulate", epilog=DEPLOYMENT_EPILOG)
 def simulate_cmd(
     model: str = MODEL,
     hardware: str = HARDWARE,
@@ -159,7 +145,7 @@ def simulate_cmd(
         print_result(result)
 
 
-@infer_app.command("search")
+@infer_app.command("search", epilog=DEPLOYMENT_EPILOG)
 def search_cmd(
     model: str = MODEL,
     hardware: str = HARDWARE,
@@ -188,6 +174,7 @@ def search_cmd(
                                       "VALUE xF or a quantity with its unit)."),
 ) -> None:
     """Search deployments within a device budget that serve TRAFFIC at an SLO attainment target (progress on stderr)."""
+    from windtunnel.cli.progress import progress_reporter
     from windtunnel.infer.explain import searched_hardware
     from windtunnel.infer.search import search_deployments
     from windtunnel.infer.search_report import search_table, write_search_html
@@ -196,10 +183,10 @@ def search_cmd(
     hardware, named, cleanup = searched_hardware(hardware, devices, what_if)
     runner = make_backend(backend, address=address, workers=workers)
     try:
-        with stderr_progress() as progress:
+        with progress_reporter() as progress:
             document = search_deployments(model, hardware, devices, traffic, slo=slo, seed=seed, top=top,
                                           baseline=baseline, mode=mode, requests=requests or None, workers=workers,
-                                          attainment=attainment, objective=objective or ("cost" if price else "devices"),
+                                          attainment=attainment, objective=objective if objective is not None else ("cost" if price else "devices"),
                                           price_per_device_hour=price, backend=runner, progress=progress,
                                           router=router)
     finally:
@@ -268,12 +255,16 @@ def validate_inference_cmd(
     csv_path: Path = typer.Argument(..., help="CSV in the schema of shared/reference/inference_runs.csv."),
     out: Path | None = typer.Option(None, help="Write the Markdown report here (e.g. validation/INFERENCE_REPORT.md)."),
     as_json: bool = typer.Option(False, "--json", help="Print rows and summary as JSON."),
+    wide: bool = typer.Option(False, "--wide", help="Full-width table (default: fits 80 columns)."),
 ) -> None:
     """Predict every row of an inference-measurement CSV and report the errors."""
+    from windtunnel.cli.progress import progress_reporter
     from windtunnel.validation import inference as validation
     from windtunnel.validation.rows import run_validation
 
-    run_validation(validation, "inference", csv_path, out, as_json, console, _emit_json)
+    with progress_reporter() as progress:
+        run_validation(validation, "inference", csv_path, out, as_json, console, _emit_json, progress=progress,
+                       wide=wide)
 
 
 @infer_app.command("calibrate")

@@ -6,9 +6,9 @@ Rates are requests per second, latencies seconds (shown in ms), costs USD.
 from __future__ import annotations
 
 import html
-import json
 from pathlib import Path
 
+from windtunnel.search.html import STYLE, counts_table
 from windtunnel.specs.yamlio import write_atomic
 
 
@@ -114,13 +114,13 @@ def write_search_html(document: dict, path: str | Path) -> None:
     if baseline and baseline.get("feasible"):
         best += f"<li>baseline {html.escape(row_text(baseline))}; best: {html.escape(_gain_text(baseline.get('gain')))}</li>"
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>windtunnel serving search</title>
-<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px}}</style>
+{STYLE}
 </head><body><h1>Serving search: {html.escape(document['model'])} on up to {document['devices']} x
 {html.escape(document['hardware'])}</h1><p>Objective: {html.escape(document['objective_text'])}. SLO: TTFT
 {document['slo']['ttft_s']} s, TPOT {document['slo']['tpot_s']} s; traffic:
 {html.escape(str(document['traffic']['description']))} ({document['traffic']['requests']} requests)</p>
-<ul>{best}</ul><table><tr><th>#</th><th>deployment</th><th>kind</th><th>devices</th><th>SLO met</th>
-<th>goodput req/s</th><th>served / offered req/s</th></tr>{table}</table>
-<h2>Candidates</h2><pre>{html.escape(json.dumps(document['candidates'], indent=1))}</pre>
+<ul>{best}</ul><div class="scroll"><table><tr><th>#</th><th>deployment</th><th>kind</th><th>devices</th><th>SLO met</th>
+<th>goodput req/s</th><th>served / offered req/s</th></tr>{table}</table></div>
+<h2>Candidates</h2>{counts_table(document['candidates'])}
 {to_html(figure, full_html=False, include_plotlyjs=True)}</body></html>"""
     write_atomic(path, page)

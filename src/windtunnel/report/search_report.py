@@ -3,22 +3,33 @@
 from __future__ import annotations
 
 import html
-import json
 from pathlib import Path
 
 import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
+from windtunnel.search.html import STYLE, counts_table
 from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.yamlio import write_atomic
 
 GIB = float(2**30)
 
 
-def search_table(document: dict, console: Console) -> None:
-    """Ranked plans with step time, throughput, MFU, memory and headroom, breakdown; then counts."""
-    table = Table(title=f"best plans: {document['model']} on {document['devices']} x {document['chip']}")
+def search_table(document: dict, console: Console, *, wide: bool = False) -> None:
+    """Ranked plans with step time, throughput, MFU, memory and headroom, breakdown; then counts. By default
+    one line per plan within 80 columns (plan keys as columns, report/plan_columns.py); ``wide``: full plans."""
+    title = f"best plans: {document['model']} on {document['devices']} x {document['chip']}"
+    if not wide:
+        from windtunnel.report.plan_columns import narrow_plan_table
+
+        table, footer = narrow_plan_table(title, document["plans"])
+        console.print(table)
+        for line in footer:
+            console.print(line, markup=False, highlight=False)
+        _counts(document, console)
+        return
+    table = Table(title=title)
     for column in ("#", "plan", "step s", "tokens/s", "MFU", "peak GiB", "headroom GiB", "largest overhead"):
         table.add_column(column, overflow="fold", justify="left" if column in ("plan", "largest overhead") else "right")
     for row in document["plans"]:
@@ -28,6 +39,10 @@ def search_table(document: dict, console: Console) -> None:
                       f"{row['mfu']:.1%}", f"{row['peak_memory_bytes'] / GIB:.1f}",
                       f"{row['memory_headroom_bytes'] / GIB:.1f}", f"{top[0]} {top[1] / row['step_time_s']:.0%}")
     console.print(table)
+    _counts(document, console)
+
+
+def _counts(document: dict, console: Console) -> None:
     counts = document["candidates"]
     console.print(f"candidates: {counts['enumerated']:,} enumerated, {sum(counts['pruned'].values()):,} pruned, "
                   f"{counts['screened']:,} screened, {counts['refined']} refined with the event engine")
@@ -106,7 +121,6 @@ def write_html(document: dict, path: Path) -> None:
         f"<tr><td>{r['rank']}</td><td><code>{html.escape(r['plan'])}</code></td><td>{r['step_time_s']:.3f}</td>"
         f"<td>{r['tokens_per_s']:,.0f}</td><td>{r['mfu']:.1%}</td><td>{r['peak_memory_bytes'] / GIB:.1f}</td>"
         f"<td>{r['memory_headroom_bytes'] / GIB:.1f}</td></tr>" for r in rows)
-    counts = html.escape(json.dumps(document["candidates"], indent=1))
     baseline = document.get("baseline")
     baseline_html = ""
     if baseline and baseline.get("gain") is not None:
@@ -114,10 +128,10 @@ def write_html(document: dict, path: Path) -> None:
                          f"tokens/s ({'feasible' if baseline['feasible'] else 'infeasible'}); best plan "
                          f"<b>{baseline['gain']:+.1%}</b> tokens/s.</p>")
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>windtunnel search: {html.escape(document['model'])}</title>
-<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px}}</style>
+{STYLE}
 </head><body><h1>Plan search: {html.escape(document['model'])} on {document['devices']} x {html.escape(document['chip'])}</h1>
 <p>sequence {document['seq_len']}, global batch {document['global_batch']}, precision {document['precision']}</p>
-{baseline_html}<h2>Ranked plans (event engine)</h2><table><tr><th>#</th><th>plan</th><th>step s</th><th>tokens/s</th><th>MFU</th>
-<th>peak GiB</th><th>headroom GiB</th></tr>{table_rows}</table>
-<h2>Candidates</h2><pre>{counts}</pre>{''.join(figures)}</body></html>"""
+{baseline_html}<h2>Ranked plans (event engine)</h2><div class="scroll"><table><tr><th>#</th><th>plan</th><th>step s</th><th>tokens/s</th><th>MFU</th>
+<th>peak GiB</th><th>headroom GiB</th></tr>{table_rows}</table></div>
+<h2>Candidates</h2>{counts_table(document['candidates'])}{''.join(figures)}</body></html>"""
     write_atomic(path, page)

@@ -67,8 +67,9 @@ def job_key(row: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def predict_files(paths: Iterable[str | Path]) -> list[FileResults]:
-    """Predict every row of each training CSV once; two CSVs with the same file name are an error."""
+def predict_files(paths: Iterable[str | Path], progress=None) -> list[FileResults]:
+    """Predict every row of each training CSV once; two CSVs with the same file name are an error.
+    ``progress(phase, done, total)`` hears of each row (one phase per file)."""
     from windtunnel.validation import training as validation
 
     out: list[FileResults] = []
@@ -78,7 +79,8 @@ def predict_files(paths: Iterable[str | Path]) -> list[FileResults]:
                                   f"each CSV must have its own name.")
         rows = validation.read_rows(path)
         tokens = {row["id"]: t for row in rows if (t := _tokens(row)) is not None}
-        results = validation.validate_rows(rows)
+        phase = None if progress is None else (lambda _, d, t, name=name_of(path): progress(f"predict {name}", d, t))
+        results = validation.validate_rows(rows, progress=phase)
         keys = {row["id"]: job_key(row) for row in rows}
         for r in results:
             r.job_key = keys.get(r.id, "")

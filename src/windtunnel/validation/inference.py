@@ -280,10 +280,12 @@ def _model_name(row: dict) -> str:
     return (row.get("model") or "").strip()
 
 
-def validate_rows(rows: list[dict], *, fitted: dict | None = None) -> list[RowResult]:
-    """Predict every row."""
+def validate_rows(rows: list[dict], *, fitted: dict | None = None, progress=None) -> list[RowResult]:
+    """Predict every row; ``progress(phase, done, total)`` hears of each row."""
     results = []
-    for row in rows:
+    for number, row in enumerate(rows):
+        if progress is not None:
+            progress("predict rows", number, len(rows))
         measured = _num(row, "value")
         value, notes, kind, skip = predict_row(row, fitted=fitted)
         role = row_role(row)
@@ -295,6 +297,8 @@ def validate_rows(rows: list[dict], *, fitted: dict | None = None) -> list[RowRe
         error = (value - measured) / measured if measured else None
         results.append(RowResult(row["id"], row["metric"], measured, value, error, role, "predicted", notes,
                                  row.get("source", ""), group, kind=kind, arch=_arch(row), model=_model_name(row)))
+    if progress is not None:
+        progress("predict rows", len(rows), len(rows))
     return results
 
 

@@ -161,28 +161,72 @@ def error_cell(r: Any) -> str:
     return f"{pct(r.error)}{flag}"
 
 
-def run_validation(module: Any, kind: str, csv_path: Any, out: Any, as_json: bool, console: Any,
-                   emit_json: Callable[[dict], None]) -> None:
-    """The body of `validate training|inference`: predict every row of the CSV with ``module``
-    (read_rows, validate_rows, summarize, report_markdown), write the Markdown report, then print
-    JSON or a table with the summary line."""
+def short_metric(metric: str) -> str:
+    """A metric name abbreviated for an 80-column table (tokens_per_s_per_device -> tok/s/dev)."""
+    for long, short in (("model_tflops", "TFLOP/s"), ("sec_per_", "s/"), ("prefill_", "pre "), ("decode_", "dec "),
+                        ("output_", "out "), ("tokens", "tok"), ("_per_s", "/s"), ("_per_device", "/dev")):
+        metric = metric.replace(long, short)
+    return metric
+
+
+def _short_status(r: Any) -> str:
+    if r.status.startswith("skipped"):
+        return "skipped"
+    return "over mem" if "over memory" in r.status else "ok" if r.status == "predicted" else r.status
+
+
+def rows_table(results: list, title: str, *, wide: bool = False) -> tuple[Any, list[str]]:
+    """The per-row rich table and its footer lines. Narrow (default, fits 80 columns): abbreviated metrics,
+    roles and statuses, explained in the footer, skip reasons listed under the table; ``wide``: full names."""
+    from rich import box
     from rich.table import Table
 
+    table = Table(title=title, box=None if not wide else box.HEAVY_HEAD, pad_edge=False, show_edge=wide)
+    for column in ("id", "group", "metric", "measured", "predicted", "error", "role", "status"):
+        right = column in ("measured", "predicted", "error")
+        table.add_column(column, justify="right" if right else "left", no_wrap=not wide and column != "status")
+    footer: list[str] = []
+    used: dict[str, str] = {}
+    for r in results:
+        metric = r.metric if wide else short_metric(r.metric)
+        if metric != r.metric:
+            used[metric] = r.metric
+        role = r.role if wide else {"validation": "val", "calibration": "cal"}.get(r.role, r.role)
+        status = r.status[:60] if wide else _short_status(r)
+        table.add_row(r.id, r.group, metric, num(r.measured), num(r.predicted), pct(r.error), role, status)
+    if not wide:
+        if used:
+            footer.append("metric: " + "; ".join(f"{k} = {v}" for k, v in sorted(used.items())))
+        footer.append("role: val = validation row (scored), cal = calibration row (fitted on); status: ok = predicted, "
+                      "over mem = predicted, but the published plan is over memory in the model (--wide: full text)")
+        reasons: dict[str, list[str]] = {}
+        for r in results:
+            if r.status.startswith("skipped"):
+                reasons.setdefault(r.status.removeprefix("skipped:").strip() or "skipped", []).append(r.id)
+        footer += [f"skipped {', '.join(ids)}: {reason}" for reason, ids in reasons.items()]
+    return table, footer
+
+
+def run_validation(module: Any, kind: str, csv_path: Any, out: Any, as_json: bool, console: Any,
+                   emit_json: Callable[[dict], None], *, progress: Callable[[str, int, int], None] | None = None,
+                   wide: bool = False) -> None:
+    """The body of `validate training|inference`: predict every row of the CSV with ``module``
+    (read_rows, validate_rows, summarize, report_markdown), write the Markdown report, then print
+    JSON or a table with the summary line. ``progress(phase, done, total)`` hears of each row."""
     from windtunnel.specs.yamlio import write_atomic
 
-    results = module.validate_rows(module.read_rows(csv_path))
+    rows = module.read_rows(csv_path)
+    results = module.validate_rows(rows, progress=progress) if progress is not None else module.validate_rows(rows)
     summary = module.summarize(results)
     if out is not None:
         write_atomic(out, module.report_markdown(results, summary, str(csv_path)))
     if as_json:
         emit_json({"rows": [r.as_dict() for r in results], "summary": summary})
         return
-    table = Table(title=f"{kind} validation: {csv_path}")
-    for column in ("id", "group", "metric", "measured", "predicted", "error", "role", "status"):
-        table.add_column(column)
-    for r in results:
-        table.add_row(r.id, r.group, r.metric, num(r.measured), num(r.predicted), pct(r.error), r.role, r.status[:60])
+    table, footer = rows_table(results, f"{kind} validation: {csv_path}", wide=wide)
     console.print(table)
+    for line in footer:
+        console.print(line, markup=False, highlight=False)
     median, worst = summary["median_abs_error"], summary["max_abs_error"]
     console.print(f"validation rows: {summary['n_validation']}, median |error| {apct(median) or 'n/a'}, "
                   f"max |error| {apct(worst) or 'n/a'}; calibration rows: {summary['n_calibration']}; "

@@ -322,10 +322,13 @@ def _row_facts(row: dict) -> dict:
             "devices": _int(row, "n_devices")}
 
 
-def validate_rows(rows: list[dict], *, fitted_override: dict | None = None, only: set[str] | None = None) -> list[RowResult]:
-    """Predict every row (or the ``only`` ids)."""
+def validate_rows(rows: list[dict], *, fitted_override: dict | None = None, only: set[str] | None = None,
+                  progress=None) -> list[RowResult]:
+    """Predict every row (or the ``only`` ids); ``progress(phase, done, total)`` hears of each row."""
     out = []
-    for row in rows:
+    for number, row in enumerate(rows):
+        if progress is not None:
+            progress("predict rows", number, len(rows))
         if only is not None and row["id"] not in only:
             continue
         role = row_role(row, rows) if row.get("hardware") in chip_names() else "validation"
@@ -353,6 +356,8 @@ def validate_rows(rows: list[dict], *, fitted_override: dict | None = None, only
         out.append(RowResult(row["id"], row["metric"], measured, predicted, error, role, status,
                              [f"plan {result.plan}", *notes], row.get("source", ""), group, row.get("arch") or "dense",
                              **facts))
+    if progress is not None:
+        progress("predict rows", len(rows), len(rows))
     return out
 
 
