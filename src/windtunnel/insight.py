@@ -51,6 +51,9 @@ def explain_job(job: TrainingJob, *, top: int = 8, remedies: bool = True, worker
     """Verdict (and ranked, verified remedies) for one job: the `train explain --json` document. ``workers``:
     processes simulating the candidates (default: one, or every core when the job's step is slow to simulate;
     the answer is the same)."""
+    from windtunnel.specs.bounds import check_whole
+
+    check_whole("top", top, 1, 10_000)
     start = time.perf_counter()
     document, base = verdict(job)
     per_simulation_s = (time.perf_counter() - start) / 2.0  # the verdict plays the step twice

@@ -17,7 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from windtunnel.specs.errors import WindtunnelError, choices_text, did_you_mean
-from windtunnel.specs.yamlio import read_yaml, write_atomic
+from windtunnel.specs.yamlio import exists, read_yaml, write_atomic
 
 PROFILE_VERSION = 1
 DEFAULT_FAMILY = "megatron"  # the calibration family whose fits sit at the top level of the fitted dict
@@ -187,8 +187,8 @@ def load_profile(path: str | Path) -> Profile:
     """Read and check a profile YAML (safe_load); bad YAML, a wrong format version, an unknown chip,
     stack or parameter name, or a value outside its physical bounds is one clear error."""
     path = Path(path)
-    if not path.is_file():
-        folder = path.parent if path.parent.is_dir() else Path(".")
+    if not exists(path, "file"):
+        folder = path.parent if exists(path.parent, "dir") else Path(".")
         near = sorted(p.name for p in folder.glob("*.y*ml"))
         raise WindtunnelError(f"Field 'profile' is '{path}': no such file{did_you_mean(path.name, near)}; give a "
                               "profile YAML written by `windtunnel calibrate ... --out` (e.g. "

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from windtunnel.specs.errors import WindtunnelError, choices_text, did_you_mean
 from windtunnel.specs.validation import build
-from windtunnel.specs.yamlio import catalog_dir, read_yaml
+from windtunnel.specs.yamlio import catalog_dir, exists, read_yaml
 
 Component = Literal["accelerator", "hbm", "host", "nic", "switch", "software", "maintenance", "infrastructure"]
 Mode = Literal["fail-stop", "fail-slow"]
@@ -167,7 +167,7 @@ def load_faults(spec: str | Path | FaultProfile) -> FaultProfile:
         return _load_catalog_profile(by_key[name.strip().lower().replace("_", "-")])
     path = Path(text)
     if not text.startswith("catalog:") and path.suffix in (".yaml", ".yml"):
-        if not path.exists():
+        if not exists(path):
             raise WindtunnelError(f"Fault profile file not found: '{path}' (field 'faults').", field="faults")
         doc = read_yaml(path)
         if not isinstance(doc, dict):
@@ -252,6 +252,10 @@ class JobRates:
 
 def job_rates(profile: FaultProfile, devices: int, devices_per_node: int) -> JobRates:
     """The job-scale fault classes of ``profile`` for a job of ``devices`` devices on nodes of ``devices_per_node``."""
+    from windtunnel.specs.bounds import MAX_DEVICES, check_whole
+
+    check_whole("devices", devices, 1, MAX_DEVICES)
+    check_whole("devices-per-node", devices_per_node, 1, MAX_DEVICES)
     nps = profile.topology.nodes_per_switch
     nodes = math.ceil(devices / devices_per_node)
     stop, slow = [], []

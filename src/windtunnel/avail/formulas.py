@@ -57,9 +57,12 @@ def mttf_s(failures_per_1000_node_days: float, devices: int, devices_per_node: i
     """Job mean time to failure (s) of a job of ``devices`` devices (nodes of ``devices_per_node``) when each node
     fails ``failures_per_1000_node_days`` times per 1000 node-days: 1 / (N_nodes x r_f)."""
     rate = _positive("failures-per-1000-node-days", failures_per_1000_node_days)
-    if not isinstance(devices, int) or devices < 1:
-        raise WindtunnelError(f"Field 'devices' must be a positive whole number, got {devices!r}.", field="devices")
-    if not isinstance(devices_per_node, int) or devices_per_node < 1:
+    from windtunnel.specs.bounds import MAX_DEVICES
+
+    if not isinstance(devices, int) or isinstance(devices, bool) or not 1 <= devices <= MAX_DEVICES:
+        raise WindtunnelError(f"Field 'devices' must be a whole number from 1 to {MAX_DEVICES:,}, got {devices!r}.",
+                              field="devices")
+    if not isinstance(devices_per_node, int) or not 1 <= devices_per_node <= MAX_DEVICES:
         raise WindtunnelError(f"Field 'devices-per-node' must be a positive whole number, got {devices_per_node!r}.",
                               field="devices-per-node")
     nodes = math.ceil(devices / devices_per_node)

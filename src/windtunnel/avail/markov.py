@@ -104,6 +104,9 @@ def solve_markov(scenario: Scenario, phases: int | None = None) -> MarkovResult:
     and fixed durations use Richardson extrapolation of m = 16 and m = 32 (2 R(32) - R(16)), which
     cancels the O(1/m) error of the Erlang approximation."""
     if phases is not None:
+        if isinstance(phases, bool) or not isinstance(phases, int) or not 1 <= phases <= 256:
+            raise WindtunnelError(f"Field 'phases' is {phases!r}; give a whole number of Erlang stages from 1 to 256 "
+                                  "(or leave it out).", field="phases")
         return _solve(scenario, phases)
     if scenario.mechanics.exponential:
         return _solve(scenario, 1)

@@ -316,6 +316,22 @@ def _per_rep(ev: Evaluation, H: float) -> dict[str, np.ndarray]:
     return out
 
 
+def _check_work(scenario: Scenario, replications: int) -> None:
+    """Replications and replications x horizon x failure rate (the events to sample) within what runs in minutes."""
+    from windtunnel.specs.bounds import MAX_REPLICATIONS, MAX_SIM_EVENTS
+    from windtunnel.specs.errors import WindtunnelError
+
+    if replications > MAX_REPLICATIONS:
+        raise WindtunnelError(f"Field 'replications' is {replications:,}; give at most {MAX_REPLICATIONS:,}.",
+                              field="replications")
+    rates = scenario.rates
+    events = (rates.failure_rate_per_s + rates.planned_rate_per_s) * scenario.horizon_s * replications
+    if events > MAX_SIM_EVENTS:
+        raise WindtunnelError(f"{replications:,} replications of a {scenario.horizon_s:g} s horizon sample about "
+                              f"{events:.3g} failures, more than the {MAX_SIM_EVENTS:.0e} a simulation plays; lower "
+                              "'replications' or 'horizon' (or use `avail markov`).", field="replications")
+
+
 def chunk_plan(scenario: Scenario, replications: int) -> list[int]:
     """Replications per chunk (bounded memory); depends only on the inputs, so results are reproducible."""
     rates = scenario.rates
@@ -367,6 +383,7 @@ def simulate_variants(scenario: Scenario, mechanics: list[Mechanics], replicatio
         from windtunnel.specs.errors import WindtunnelError
 
         raise WindtunnelError(f"Field 'seed' must be a whole number >= 0, got {seed!r}.", field="seed")
+    _check_work(scenario, replications)
     sizes = chunk_plan(scenario, replications)
     seqs = np.random.SeedSequence(seed).spawn(len(sizes))
     parts: list[list[dict[str, np.ndarray]]] = [[] for _ in mechanics]

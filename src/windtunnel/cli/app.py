@@ -235,8 +235,8 @@ def train_search(
     if precision not in ("bf16", "fp16", "fp8"):
         raise WindtunnelError(f"Field 'precision' is '{precision}'; valid: bf16, fp16, fp8.", field="precision")
     stack_plan = with_stack_defaults(Plan(), load_stack(framework))
-    grads = grads or stack_plan.grads
-    dispatcher = dispatcher or stack_plan.dispatcher
+    grads = stack_plan.grads if grads is None else grads
+    dispatcher = stack_plan.dispatcher if dispatcher is None else dispatcher
     if cuda_graphs not in ("none", "modules", "full"):
         raise WindtunnelError(f"Field 'cuda_graphs' is '{cuda_graphs}'; valid: none, modules, full.", field="cuda_graphs")
     for name, value in (("grads", grads), ("moments", moments)):

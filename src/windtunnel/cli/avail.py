@@ -202,6 +202,9 @@ def optimize_cmd(
     from windtunnel.specs.errors import WindtunnelError, choices_text
 
     knobs = ("checkpoint-every", "spares", "policy", "target")
+    if not 0.0 < target_availability < 1.0:
+        raise WindtunnelError(f"Field 'target-availability' is {target_availability}; give a fraction between 0 and 1 "
+                              "(e.g. 0.98).", field="target-availability")
     bad = [k for k in knob if k not in knobs]
     if bad:
         raise WindtunnelError(f"Unknown knob '{bad[0]}' (field 'knob'); valid knobs: {choices_text(knobs)}.", field="knob")
@@ -349,10 +352,16 @@ def serve_cmd(
     from windtunnel.avail.units import parse_duration
     from windtunnel.specs.errors import WindtunnelError
 
+    horizon_s = parse_duration(horizon, "horizon", allow_zero=False)
+    if not 0.0 < target <= 1.0:
+        raise WindtunnelError(f"Field 'target' is {target}; give a fraction in (0, 1], e.g. 0.9.", field="target")
     if deployment is not None:
         from windtunnel.cli.avail_target import print_serve
         from windtunnel.serve_avail import serve_availability
 
+        if replications:
+            raise WindtunnelError("avail serve --deployment solves the degraded states exactly (Markov); "
+                                  "--replications applies to the typed --instances form only.", field="replications")
         if model is None or hardware is None or traffic is None:
             raise WindtunnelError("avail serve --deployment needs --model, --hardware and --traffic (Sim2Infer runs the "
                                   "deployment on that traffic).", field="deployment")
@@ -369,8 +378,7 @@ def serve_cmd(
     out = serving_availability(instances=instances, devices_per_instance=devices_per_instance, faults=faults,
                                policy=policy, devices_per_node=devices_per_node,
                                goodput_per_instance_rps=goodput_per_instance, load_rps=load, target=target,
-                               horizon_s=parse_duration(horizon, "horizon", allow_zero=False),
-                               replications=replications, seed=seed)
+                               horizon_s=horizon_s, replications=replications, seed=seed)
     if as_json:
         _emit_json(out)
         return

@@ -83,18 +83,18 @@ def train_job(
                                   "one --phase per phase.", field="tokens")
         phases = [Phase(name="phase1", seq_len=seq_len, tokens=parse_tokens(tokens), global_batch=global_batch,
                         plan=plan)]
-    price_value, currency = parse_device_hour_price(price) if price else (None, "")
-    energy_value, energy_currency = parse_energy_price(energy_price) if energy_price else (None, "")
+    price_value, currency = parse_device_hour_price(price) if price is not None else (None, "")
+    energy_value, energy_currency = parse_energy_price(energy_price) if energy_price is not None else (None, "")
     if currency and energy_currency and currency != energy_currency:
         raise WindtunnelError(f"Fields 'price' ({currency}) and 'energy-price' ({energy_currency}) are in different "
                               "currencies; give both in one.", field="energy-price")
     inp = JobInputs(
         model=model, hardware=hardware, devices=devices, faults=faults, policy=policy,
         checkpoint_every_s=parse_duration(checkpoint_every, "checkpoint-every", allow_zero=False) if checkpoint_every else None,
-        storage_bandwidth_bytes_per_s=parse_bandwidth(storage_bandwidth) if storage_bandwidth else None,
+        storage_bandwidth_bytes_per_s=parse_bandwidth(storage_bandwidth) if storage_bandwidth is not None else None,
         price_per_device_hour=price_value, currency=currency or energy_currency, energy_price_per_kwh=energy_value,
-        pue=parse_pue(pue), idle_fraction=parse_fraction(idle_power, "idle-power") if idle_power else None,
-        device_power_w=parse_power(device_power) if device_power else None, framework=framework, profile=profile,
+        pue=parse_pue(pue), idle_fraction=parse_fraction(idle_power, "idle-power") if idle_power is not None else None,
+        device_power_w=parse_power(device_power) if device_power is not None else None, framework=framework, profile=profile,
         replications=replications, seed=seed)
     doc = rehearse_job(inp, phases)
     rows = job_timeline(doc)
@@ -152,7 +152,7 @@ def add_failure_ranking(document: dict, model: str, hardware: str, devices: int,
     inp = JobInputs(model=model, hardware=hardware, devices=devices, faults=faults, policy=policy,
                     checkpoint_every_s=parse_duration(checkpoint_every, "checkpoint-every", allow_zero=False)
                     if checkpoint_every else None,
-                    storage_bandwidth_bytes_per_s=parse_bandwidth(storage_bandwidth) if storage_bandwidth else None,
+                    storage_bandwidth_bytes_per_s=parse_bandwidth(storage_bandwidth) if storage_bandwidth is not None else None,
                     framework=framework, profile=profile)
     document["failure_aware"] = rank_with_faults(document, inp)
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from windtunnel.graph.dag import DagModel, dag_stub_model, load_dag
+from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.model import ModelSpec, load_model
-from windtunnel.specs.yamlio import read_yaml
+from windtunnel.specs.yamlio import exists, read_yaml
 
 
 def resolve_model(model, batch_shape: str | dict | None = None) -> tuple[ModelSpec, DagModel | None]:
@@ -31,8 +32,12 @@ def resolve_model(model, batch_shape: str | dict | None = None) -> tuple[ModelSp
         shape = batch_shape if isinstance(batch_shape, dict) else parse_batch_shape(batch_shape)
         graph = GraphModel(onnx_path(str(model)), shape)
         return graph.stub(), graph
+    if batch_shape:
+        raise WindtunnelError(f"Batch shape '{batch_shape}' (field 'batch_shape') binds an ONNX model's symbolic "
+                              f"dimensions; model '{model}' is not an ONNX model (leave --batch-shape out).",
+                              field="batch_shape")
     path = Path(model)
-    if path.suffix in (".yaml", ".yml") and path.exists():
+    if path.suffix in (".yaml", ".yml") and exists(path):
         doc = read_yaml(path)
         if isinstance(doc, dict) and isinstance(doc.get("layer"), list):
             dag = load_dag(path)

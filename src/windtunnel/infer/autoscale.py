@@ -239,6 +239,9 @@ def _row(result, used: float, end: float, devices: int, label: str) -> dict:
             "tpot_p90_s": result.tpot_s["p90"], "makespan_s": end}
 
 
+MAX_AUTOSCALE_REPLICAS = 512  # one simulation per static count
+
+
 def compare_autoscale(model: str | ModelSpec, hardware: str, deployment: str, traffic: str | Workload, *,
                       slo: str | SLO | None = "ttft=2s,tpot=100ms", seed: int = 0, startup: str | float = "60s",
                       interval: str | float = "15s", start_fraction: float = 0.5, target: float = 0.99,
@@ -250,6 +253,12 @@ def compare_autoscale(model: str | ModelSpec, hardware: str, deployment: str, tr
     dep = parse_deployment(deployment)
     if not 0.0 < start_fraction <= 1.0:
         raise WindtunnelError("Field 'start_fraction' must be in (0, 1].", field="start_fraction")
+    if not 0.0 < target <= 1.0:
+        raise WindtunnelError(f"Field 'target' is {target!r}; give an SLO attainment in (0, 1], e.g. 0.99.",
+                              field="target")
+    if max(g.replicas for g in dep.groups) > MAX_AUTOSCALE_REPLICAS:
+        raise WindtunnelError(f"Autoscaling compares every static replica count up to the deployment's; give at most "
+                              f"{MAX_AUTOSCALE_REPLICAS} replicas per pool (field 'replicas').", field="replicas")
     slo_spec = parse_slo(slo)
     workload = traffic if isinstance(traffic, Workload) else parse_traffic(traffic, seed=seed)
     largest = max(g.replicas for g in dep.groups)

@@ -254,6 +254,9 @@ def explain_serving(model, hardware: str, deployment, traffic, *, slo="ttft=2s,t
                     what_if: str | list[str] | None = None, top: int = 6) -> dict:
     """The `infer explain --json` document: verdict (load, SLO, KV, what bounds TTFT and TPOT) and remedies,
     best first (SLO goodput per device). With ``what_if``, the same on the what-if hardware under ``variant``."""
+    from windtunnel.specs.bounds import check_whole
+
+    check_whole("top", top, 1, 10_000)
     what = parse_what_if(what_if)
     dep = parse_deployment(deployment)
     with tempfile.TemporaryDirectory(prefix="windtunnel-explain-") as folder:

@@ -77,7 +77,12 @@ def parse_slo(text: str | SLO | dict | None) -> SLO:
         key = str(key).strip().lower()
         if key not in ("ttft", "tpot"):
             raise WindtunnelError(f"Unknown SLO key '{key}' (field 'slo'); valid keys: ttft, tpot.", field="slo")
-        values[key] = parse_seconds(value, f"slo.{key}")
+        if key in values:
+            raise WindtunnelError(f"SLO key '{key}' is given twice (field 'slo'); give it once.", field="slo")
+        values[key] = parse_seconds(value, f"slo.{key}", high=86400.0)
+        if values[key] <= 0:
+            raise WindtunnelError(f"Field 'slo.{key}' is {value!r}; a latency objective must be above 0 s (leave the "
+                                  "key out for none).", field="slo")
     return SLO(ttft_s=values.get("ttft"), tpot_s=values.get("tpot"))
 
 

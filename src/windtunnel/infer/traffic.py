@@ -37,8 +37,9 @@ from pathlib import Path
 import numpy as np
 
 from windtunnel.infer.units import parse_bool, parse_float, parse_int, parse_seconds, split_top_level
+from windtunnel.specs.bounds import MAX_REQUESTS, MAX_SEQ_LEN
 from windtunnel.specs.errors import WindtunnelError
-from windtunnel.specs.yamlio import read_mapping_file
+from windtunnel.specs.yamlio import exists, read_mapping_file
 
 KINDS = ("poisson", "gamma", "trace", "closed")
 DISTRIBUTIONS = ("N / fixed(N)", "uniform(a,b)", "lognormal(mean,sigma)", "empirical(trace.csv)")
@@ -140,8 +141,8 @@ def parse_lengths(text: object, field_name: str) -> Lengths:
 
     if re.fullmatch(r"[0-9]+(\.0*)?", raw):
         value = int(float(raw))
-        if value < 1:
-            raise bad("lengths must be at least 1 token")
+        if not 1 <= value <= MAX_SEQ_LEN:
+            raise bad(f"lengths must be from 1 to {MAX_SEQ_LEN:,} tokens")
         return Lengths("fixed", float(value), text=raw)
     match = _CALL.match(raw)
     if not match:
@@ -157,6 +158,10 @@ def parse_lengths(text: object, field_name: str) -> Lengths:
         numbers = [float(a) for a in args]
     except ValueError as exc:
         raise bad("arguments must be numbers") from exc
+    if not all(math.isfinite(n) for n in numbers):
+        raise bad("arguments must be finite numbers")
+    if name in ("fixed", "uniform", "lognormal") and numbers and max(numbers[:2 if name == "uniform" else 1]) > MAX_SEQ_LEN:
+        raise bad(f"lengths must be at most {MAX_SEQ_LEN:,} tokens")
     if name == "fixed" and len(numbers) == 1 and numbers[0] >= 1:
         return Lengths("fixed", float(round(numbers[0])), text=raw)
     if name == "uniform" and len(numbers) == 2 and 1 <= numbers[0] <= numbers[1]:
@@ -174,6 +179,9 @@ def parse_lengths(text: object, field_name: str) -> Lengths:
 def _load_trace_cached(path: str, mtime: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     import pandas as pd
 
+    from windtunnel.specs.bounds import check_file_size
+
+    check_file_size(path, what="Trace")
     try:
         frame = pd.read_csv(path)
     except (OSError, ValueError) as exc:
@@ -207,7 +215,7 @@ def _load_trace_cached(path: str, mtime: float) -> tuple[np.ndarray, np.ndarray,
 def load_trace(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(arrival s from the first request, prompt tokens, output tokens) of an Azure-format CSV trace."""
     p = Path(path)
-    if not p.exists():
+    if not exists(p, "file"):
         raise WindtunnelError(f"Trace file not found: '{p}' (field 'traffic').", field="traffic")
     return _load_trace_cached(str(p.resolve()), p.stat().st_mtime)
 
@@ -230,6 +238,10 @@ def _arrivals(rng: np.random.Generator, process: str, rate: float, cv: float, st
     if count is not None:
         return start + np.cumsum(gaps(count))
     expected = rate * duration
+    if not expected <= MAX_REQUESTS:  # NaN or inf too
+        raise WindtunnelError(f"Traffic of {rate:g} requests/s for {duration:g} s is about {expected:.3g} requests; "
+                              f"a serving simulation plays at most {MAX_REQUESTS:,}: lower 'rate' or 'duration' (or "
+                              "give 'requests').", field="rate")
     n = int(expected + 6.0 * math.sqrt(expected + 1) * max(1.0, cv) + 16)
     times = start + np.cumsum(gaps(n))
     while times[-1] < start + duration:
@@ -282,6 +294,8 @@ def _check_keys(text: str, values: dict, allowed: tuple[str, ...]) -> None:
 
 def parse_traffic(spec: str | Path | dict, *, seed: int = 0) -> Workload:
     """Build the workload of a traffic spec (string, YAML path or mapping) with ``seed``."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise WindtunnelError(f"Field 'seed' is {seed!r}; give a whole number from 0 to 2^63 - 1.", field="seed")
     if isinstance(spec, dict):
         return _from_mapping(spec, "Traffic", seed)
     text = str(spec).strip()

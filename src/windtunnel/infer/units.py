@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 
+from windtunnel.specs.bounds import MAX_REPLICAS, MAX_REQUESTS, shown
 from windtunnel.specs.errors import WindtunnelError
 
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|us|s|sec|min|m|h)?\s*$")
@@ -36,14 +37,21 @@ def parse_seconds(value: object, field: str, *, high: float | None = None) -> fl
     return seconds
 
 
-def parse_int(value: object, field: str, *, minimum: int = 1) -> int:
-    """An integer >= ``minimum`` (``1e3`` and ``1000.0`` are accepted when whole)."""
+_INT_LIMITS = {"replicas": MAX_REPLICAS, "requests": MAX_REQUESTS, "concurrency": MAX_REQUESTS}
+
+
+def parse_int(value: object, field: str, *, minimum: int = 1, maximum: int | None = None) -> int:
+    """An integer from ``minimum`` to ``maximum`` (default: the field's bound in specs/bounds.py, else 2^31 - 1);
+    ``1e3`` and ``1000.0`` are accepted when whole."""
+    if maximum is None:
+        maximum = _INT_LIMITS.get(field, 2**31 - 1)
     try:
         number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         number = math.nan
-    if not math.isfinite(number) or number != int(number) or int(number) < minimum:
-        raise WindtunnelError(f"Field '{field}' must be an integer >= {minimum}, got {value!r}.", field=field)
+    if isinstance(value, bool) or not math.isfinite(number) or number != int(number) or not minimum <= number <= maximum:
+        raise WindtunnelError(f"Field '{field}' must be a whole number from {minimum:,} to {maximum:,}, got "
+                              f"{shown(value)}.", field=field)
     return int(number)
 
 
@@ -52,9 +60,9 @@ def parse_float(value: object, field: str, *, low: float = -math.inf, high: floa
     """A float in [low, high] (or (low, high] when ``low_open``)."""
     try:
         number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         number = math.nan
-    ok = math.isfinite(number) and number <= high and (number > low if low_open else number >= low)
+    ok = not isinstance(value, bool) and math.isfinite(number) and number <= high and (number > low if low_open else number >= low)
     if not ok:
         bracket = "(" if low_open else "["
         raise WindtunnelError(f"Field '{field}' must be a number in {bracket}{low:g}, {high:g}], got {value!r}.",

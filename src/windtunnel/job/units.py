@@ -69,8 +69,12 @@ def parse_bandwidth(text: str, field: str = "storage-bandwidth") -> float:
     if m is None:
         raise WindtunnelError(f"Field '{field}' has value '{text}'; give {forms} (a bare number has no unit).",
                               field=field)
-    value = float(m.group(1)) * _SCALE[m.group(2)] / (8.0 if m.group(3) == "b" else 1.0)
-    return _finite_positive(value, field, text, forms)
+    value = _finite_positive(float(m.group(1)) * _SCALE[m.group(2)] / (8.0 if m.group(3) == "b" else 1.0), field,
+                             text, forms)
+    if not 1e6 <= value <= 1e16:  # 1 MB/s to 10 PB/s: below, a checkpoint takes years; above, no storage exists
+        raise WindtunnelError(f"Field '{field}' is '{text}' ({value:.3g} B/s); give a bandwidth from 1MB/s to "
+                              "10PB/s.", field=field)
+    return value
 
 
 def parse_power(text: str, field: str = "device-power") -> float:

@@ -287,6 +287,14 @@ def parse_hccl_tests(text: str, path: Path, collective: str | None = None, ranks
 def read_bench_logs(paths: list[Path], collective: str | None = None, ranks: int | None = None,
                     ranks_per_host: int | None = None) -> list[BenchLog]:
     """Parse each file as nccl-tests or hccl-tests output, whichever its table is."""
+    from windtunnel.specs.bounds import MAX_DEVICES, check_whole
+
+    if collective is not None and collective.lower().replace("-", "_") not in _BINARIES:
+        raise WindtunnelError(f"Collective '{collective}' (field 'collective') is not one of "
+                              f"{choices_text(COLLECTIVES)}.", field="collective")
+    for name, value in (("ranks", ranks), ("ranks-per-node", ranks_per_host)):
+        if value is not None:
+            check_whole(name, value, 1, MAX_DEVICES)
     logs = []
     for path in paths:
         text = read_text(Path(path))

@@ -166,6 +166,10 @@ def fit_collectives(logs: list[BenchLog], hardware: str, domain_ranks: int | Non
     """Fit the comm parameters of ``hardware``'s chip (a chip id, cluster id or cluster file) to ``logs``."""
     if not logs:
         raise WindtunnelError("No benchmark logs to fit: give at least one nccl-tests or hccl-tests log.")
+    if domain_ranks is not None:
+        from windtunnel.specs.bounds import MAX_DEVICES, check_whole
+
+        check_whole("domain-ranks", domain_ranks, 1, MAX_DEVICES)
     cases = []
     for log in logs:
         if log.ranks < 2:

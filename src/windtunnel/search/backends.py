@@ -88,6 +88,9 @@ class RayBackend:
 
 def make_backend(name: str, *, address: str | None = None, workers: int | None = None):
     """A backend by name: 'local' or 'ray'."""
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 4096):
+        raise WindtunnelError(f"Field 'workers' is {workers!r}; give a number of processes from 1 to 4,096 (or "
+                              "leave it out: all cores).", field="workers")
     name = str(name).strip().lower()
     if name == "local":
         return LocalBackend(workers)

@@ -7,8 +7,19 @@ class WindtunnelError(Exception):
     """A user-facing error: names the field, the value and what would be valid."""
 
     def __init__(self, message: str, *, field: str | None = None) -> None:
-        super().__init__(message)
+        super().__init__(_cut_echoes(str(message)))
         self.field = field
+
+
+def _cut_echoes(message: str, limit: int = 200) -> str:
+    """The message with every run of more than ``limit`` characters without a space (an echoed input: a
+    100,000-character plan) cut to its first ``limit`` characters and its length."""
+    if len(message) <= 4 * limit:
+        return message
+    import re
+
+    return re.sub(rf"\S{{{limit + 1},}}", lambda m: f"{m.group(0)[:limit]}...({len(m.group(0)):,} characters)",
+                  message)
 
 
 def choices_text(values) -> str:

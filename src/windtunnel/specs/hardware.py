@@ -14,7 +14,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PositiveInt
 
 from windtunnel.specs.errors import WindtunnelError, choices_text, did_you_mean
 from windtunnel.specs.validation import build
-from windtunnel.specs.yamlio import catalog_dir, read_yaml
+from windtunnel.specs.yamlio import catalog_dir, exists, read_yaml
 
 PRECISIONS = ("bf16", "fp16", "fp8")
 
@@ -226,8 +226,9 @@ def _cluster_from_spec(spec: ClusterSpec, devices: int, chips: dict[str, Chip]) 
 
 def load_hardware(name_or_path: str, devices: int) -> Cluster:
     """Resolve ``--hardware``: a chip id (its default cluster), a cluster id, or a cluster YAML file."""
-    if devices < 1:
-        raise WindtunnelError(f"Field 'devices' must be a positive integer, got {devices}.", field="devices")
+    from windtunnel.specs.bounds import MAX_DEVICES, check_whole
+
+    check_whole("devices", devices, 1, MAX_DEVICES, what=" (ten times the largest clusters built)")
     chips, clusters = _catalog()
     if name_or_path in chips:
         chip = chips[name_or_path]
@@ -238,7 +239,7 @@ def load_hardware(name_or_path: str, devices: int) -> Cluster:
     if name_or_path in clusters:
         return _cluster_from_spec(clusters[name_or_path], devices, chips)
     path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") and path.exists():
+    if path.suffix in (".yaml", ".yml") and exists(path):
         doc = read_yaml(path)
         if isinstance(doc, dict) and "clusters" in doc:
             inner = doc["clusters"]

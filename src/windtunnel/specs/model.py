@@ -5,31 +5,41 @@ All sizes are counts (layers, features, heads, tokens); parameter counts are in 
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
 
+from windtunnel.specs.bounds import shown
 from windtunnel.specs.errors import WindtunnelError, choices_text, did_you_mean
 from windtunnel.specs.validation import build
-from windtunnel.specs.yamlio import catalog_dir, read_json, read_yaml
+from windtunnel.specs.yamlio import catalog_dir, exists, read_json, read_yaml
+
+# Upper bounds of a model's shape (a few times the largest models published): past them the counts stop being a
+# model and products of them overflow 64-bit integers.
+MAX_LAYERS = 10_000
+MAX_WIDTH = 1 << 20  # hidden and FFN widths
+MAX_HEADS = 1 << 16  # heads, head dims, experts, ranks
+MAX_VOCAB = 1 << 24
+MAX_POSITIONS = 1 << 31
 
 
 class MoESpec(BaseModel):
     """Mixture-of-experts feed-forward: routed experts (top-k per token) plus always-on shared experts."""
 
     model_config = ConfigDict(extra="forbid")
-    experts: PositiveInt
-    shared_experts: NonNegativeInt = 0
-    topk: PositiveInt
-    ffn_hidden: PositiveInt
-    shared_ffn_hidden: PositiveInt | None = None
-    dense_layers: NonNegativeInt = 0
+    experts: PositiveInt = Field(le=MAX_HEADS)
+    shared_experts: NonNegativeInt = Field(default=0, le=MAX_HEADS)
+    topk: PositiveInt = Field(le=MAX_HEADS)
+    ffn_hidden: PositiveInt = Field(le=MAX_WIDTH)
+    shared_ffn_hidden: PositiveInt | None = Field(default=None, le=MAX_WIDTH)
+    dense_layers: NonNegativeInt = Field(default=0, le=MAX_LAYERS)
     # Routed experts whose projections carry biases (GPT-OSS), and the limit a clamped GLU clips
     # its gate and linear inputs to before the activation (GPT-OSS's swiglu_limit, 7.0).
     expert_bias: bool = False
-    activation_clamp: float | None = Field(default=None, gt=0)
+    activation_clamp: float | None = Field(default=None, gt=0, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _check(self) -> MoESpec:
@@ -42,11 +52,11 @@ class MLASpec(BaseModel):
     """Multi-head latent attention (DeepSeek-V2/V3): low-rank compressed queries and keys/values."""
 
     model_config = ConfigDict(extra="forbid")
-    q_lora_rank: PositiveInt | None = None
-    kv_lora_rank: PositiveInt
-    qk_nope_head_dim: PositiveInt
-    qk_rope_head_dim: PositiveInt
-    v_head_dim: PositiveInt
+    q_lora_rank: PositiveInt | None = Field(default=None, le=MAX_WIDTH)
+    kv_lora_rank: PositiveInt = Field(le=MAX_WIDTH)
+    qk_nope_head_dim: PositiveInt = Field(le=MAX_HEADS)
+    qk_rope_head_dim: PositiveInt = Field(le=MAX_HEADS)
+    v_head_dim: PositiveInt = Field(le=MAX_HEADS)
 
 
 class ModelSpec(BaseModel):
@@ -55,13 +65,13 @@ class ModelSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     id: str
     name: str = ""
-    layers: PositiveInt
-    hidden: PositiveInt
-    ffn_hidden: PositiveInt
-    heads: PositiveInt
-    kv_heads: PositiveInt | None = None
-    head_dim: PositiveInt | None = None
-    vocab: PositiveInt = 51200
+    layers: PositiveInt = Field(le=MAX_LAYERS)
+    hidden: PositiveInt = Field(le=MAX_WIDTH)
+    ffn_hidden: PositiveInt = Field(le=MAX_WIDTH)
+    heads: PositiveInt = Field(le=MAX_HEADS)
+    kv_heads: PositiveInt | None = Field(default=None, le=MAX_HEADS)
+    head_dim: PositiveInt | None = Field(default=None, le=MAX_HEADS)
+    vocab: PositiveInt = Field(default=51200, le=MAX_VOCAB)
     activation: Literal["swiglu", "gelu"] = "swiglu"
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     tied_embeddings: bool = False
@@ -73,8 +83,8 @@ class ModelSpec(BaseModel):
     # GPT-2/GPT-3, Megatron-LM GPT's learned_absolute default, MPT's benchmark models) or alibi (a
     # per-head bias inside the attention kernel: BLOOM). Only rope costs an operator in each layer.
     position_embedding: Literal["rope", "learned", "alibi"] = "rope"
-    max_seq_len: PositiveInt | None = None
-    attention_window: PositiveInt | None = None
+    max_seq_len: PositiveInt | None = Field(default=None, le=MAX_POSITIONS)
+    attention_window: PositiveInt | None = Field(default=None, le=MAX_POSITIONS)
     windowed_layer_fraction: float = Field(default=0.0, ge=0.0, le=1.0)
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
     moe: MoESpec | None = None
@@ -84,7 +94,7 @@ class ModelSpec(BaseModel):
     # projection of [hidden; embedded next token] back to the hidden width, and shares the
     # embedding and output layer. Their parameters are not in total_params (published counts
     # leave them out).
-    mtp_layers: NonNegativeInt = 0
+    mtp_layers: NonNegativeInt = Field(default=0, le=MAX_LAYERS)
     published_params_b: dict[str, float] | None = None
     sources: dict[str, str] = Field(default_factory=dict)
 
@@ -222,6 +232,15 @@ _HF_COUNTS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_
 _HF_MAY_BE_ZERO = ("n_shared_experts", "first_k_dense_replace", "q_lora_rank", "num_nextn_predict_layers",
                    "sliding_window", "shared_expert_intermediate_size")
 _HF_MLA = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+_HF_MAX = {"num_hidden_layers": MAX_LAYERS, "num_nextn_predict_layers": MAX_LAYERS, "first_k_dense_replace": MAX_LAYERS,
+           "hidden_size": MAX_WIDTH, "intermediate_size": MAX_WIDTH, "moe_intermediate_size": MAX_WIDTH,
+           "shared_expert_intermediate_size": MAX_WIDTH, "q_lora_rank": MAX_WIDTH, "kv_lora_rank": MAX_WIDTH,
+           "vocab_size": MAX_VOCAB, "max_position_embeddings": MAX_POSITIONS, "sliding_window": MAX_POSITIONS}
+# Fields a family's branch reads without a default (DeepSeek's expert fields only when it has routed experts).
+_HF_REQUIRED = {"mixtral": ("num_local_experts", "num_experts_per_tok"),
+                "gpt_oss": ("num_local_experts", "num_experts_per_tok"),
+                "qwen3_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size"),
+                "qwen2_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size")}
 
 
 def _checked_counts(config: dict, family: str) -> dict:
@@ -236,10 +255,30 @@ def _checked_counts(config: dict, family: str) -> dict:
         if not whole and isinstance(value, float) and value.is_integer():
             value, whole = int(value), True
         lowest = 0 if key in _HF_MAY_BE_ZERO else 1
-        if not whole or value < lowest:
-            raise WindtunnelError(f"Hugging Face config field '{key}' is {value!r}; it must be a whole number >= {lowest}.",
-                                  field=key)
+        highest = _HF_MAX.get(key, MAX_HEADS)
+        if not whole or not lowest <= value <= highest:
+            raise WindtunnelError(f"Hugging Face config field '{key}' is {shown(value)}; it must be a whole number "
+                                  f"from {lowest} to {highest:,}.", field=key)
         out[key] = value
+    for key in _HF_REQUIRED.get(family, ()):
+        if key not in config or config[key] is None:
+            raise WindtunnelError(f"Hugging Face config (model_type '{family}') lacks required field '{key}'.",
+                                  field=key)
+    for key in ("swiglu_limit", "rope_theta"):
+        value = config.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not math.isfinite(value) or value <= 0):
+            raise WindtunnelError(f"Hugging Face config field '{key}' is {shown(value)}; it must be a positive "
+                                  "finite number.", field=key)
+    for key in ("layer_types", "mlp_only_layers"):
+        value = config.get(key)
+        if value is not None and not (isinstance(value, list) and len(value) <= MAX_LAYERS):
+            raise WindtunnelError(f"Hugging Face config field '{key}' is {shown(value)}; it must be a list (one entry "
+                                  "per layer).", field=key)
+    step = config.get("decoder_sparse_step")
+    if step is not None and (isinstance(step, bool) or not isinstance(step, int)):
+        raise WindtunnelError(f"Hugging Face config field 'decoder_sparse_step' is {shown(step)}; it must be a whole "
+                              "number.", field="decoder_sparse_step")
     if family in ("deepseek_v2", "deepseek_v3"):
         missing = [key for key in _HF_MLA if key not in config]
         if missing:
@@ -330,6 +369,10 @@ def model_from_hf_config(config: dict, model_id: str = "hf-model") -> ModelSpec:
     elif family in ("deepseek_v2", "deepseek_v3"):
         routed = config.get("n_routed_experts")
         if routed:
+            for key in ("num_experts_per_tok", "moe_intermediate_size"):
+                if config.get(key) is None:
+                    raise WindtunnelError(f"Hugging Face config (model_type '{family}' with n_routed_experts) lacks "
+                                          f"required field '{key}'.", field=key)
             shared = int(config.get("n_shared_experts") or 0)
             data["moe"] = {
                 "experts": int(routed),
@@ -357,11 +400,11 @@ def load_model(name_or_path: str) -> ModelSpec:
     if name_or_path in catalog:
         return build(ModelSpec, catalog[name_or_path], f"Catalog model '{name_or_path}'")
     path = Path(name_or_path)
-    if path.is_dir() and (path / "config.json").exists():
+    if exists(path, "dir") and exists(path / "config.json"):
         path = path / "config.json"
-    if path.suffix == ".json" and path.exists():
+    if path.suffix == ".json" and exists(path):
         return model_from_hf_config(read_json(path) or {}, model_id=path.parent.name if path.name == "config.json" else path.stem)
-    if path.suffix in (".yaml", ".yml") and path.exists():
+    if path.suffix in (".yaml", ".yml") and exists(path):
         doc = read_yaml(path) or {}
         if isinstance(doc, dict) and "layer" in doc:
             raise WindtunnelError(

@@ -236,6 +236,9 @@ def parse_plan(text: str | dict | Plan) -> Plan:
                 # recompute=full:4 (Plan.short): full recomputation of 4 layers per chunk.
                 value, layers = (part.strip() for part in value.split(":", 1))
                 items["recompute_layers"] = layers
+            if key in items:
+                raise WindtunnelError(f"Plan field '{key}' is given twice ('{items[key]}' and '{value}'); give it "
+                                      "once.", field=key)
             items[key] = value
     fields = set(Plan.model_fields)
     data: dict = {}
@@ -276,10 +279,11 @@ def validate_plan(plan: Plan, model: ModelSpec | None, devices: int, seq_len: in
     def fail(field: str, message: str) -> None:
         raise WindtunnelError(message, field=field)
 
-    if seq_len < 1:
-        fail("seq_len", f"Field 'seq_len' must be a positive number of tokens, got {seq_len}.")
-    if global_batch < 1:
-        fail("global_batch", f"Field 'global_batch' must be a positive number of sequences, got {global_batch}.")
+    from windtunnel.specs.bounds import MAX_DEVICES, MAX_SEQ_LEN, check_whole
+
+    check_whole("seq_len", seq_len, 1, MAX_SEQ_LEN, what=" tokens")
+    check_whole("global_batch", global_batch, 1, 1 << 62, what=" sequences")
+    check_whole("devices", devices, 1, MAX_DEVICES)
     if plan.etp not in (1, plan.tp):
         fail("etp", f"Plan field 'etp' is {plan.etp}: expert tensor parallelism splits each expert over the "
              f"tensor-parallel group (Megatron-Core's default expert_tensor_parallel_size = tp), so etp must be "
@@ -378,6 +382,12 @@ def _check_batch(plan: Plan, devices: int, seq_len: int, global_batch: int, dp: 
              f"{plan.mbs * dp}; nearest valid global batches: {(global_batch // (plan.mbs * dp)) * plan.mbs * dp or plan.mbs * dp}"
              f" and {(global_batch // (plan.mbs * dp) + 1) * plan.mbs * dp}.")
     micro_batches = global_batch // (plan.mbs * dp)
+    from windtunnel.specs.bounds import MAX_MICRO_BATCHES
+
+    if micro_batches > MAX_MICRO_BATCHES:
+        fail("global_batch", f"Global batch {global_batch} is {micro_batches:,} micro-batches per step (global batch / "
+             f"(mbs*dp) = {global_batch}/({plan.mbs}*{dp})); windtunnel plays at most {MAX_MICRO_BATCHES:,}: raise mbs "
+             f"or lower the global batch to at most {MAX_MICRO_BATCHES * plan.mbs * dp:,}.")
     schedule = plan.pipeline_schedule
     if schedule == "1f1b" and plan.vpp > 1:
         fail("schedule", f"Plan field 'schedule' is 1f1b but vpp is {plan.vpp}: virtual pipeline chunks need the "

@@ -205,7 +205,7 @@ def load_stack(name_or_path: str | Stack | None) -> Stack:
     """A built-in stack by id (``megatron``, ``pytorch-fsdp``, ``mindspeed``, ...) or a stack YAML file."""
     if isinstance(name_or_path, Stack):
         return name_or_path
-    name = (name_or_path or DEFAULT_STACK).strip()
+    name = (DEFAULT_STACK if name_or_path is None else str(name_or_path)).strip()
     docs = _catalog()
     if name in docs:
         return _load_named(name)

@@ -11,19 +11,35 @@ from typing import Any
 
 import yaml
 
+from windtunnel.specs.bounds import MAX_CONFIG_BYTES, check_file_size
 from windtunnel.specs.errors import WindtunnelError
 
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def read_text(path: Path) -> str:
-    """A user file's text; a missing or unreadable file is one clear error."""
+def read_text(path: Path, limit: int = MAX_CONFIG_BYTES) -> str:
+    """A user file's text; a missing, unreadable, binary or oversized (> ``limit`` bytes) file is one clear error."""
+    check_file_size(path, limit)
     try:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
         raise WindtunnelError(f"File not found: '{path}'.") from exc
+    except IsADirectoryError as exc:
+        raise WindtunnelError(f"'{path}' is a directory, not a file.") from exc
+    except UnicodeDecodeError as exc:
+        raise WindtunnelError(f"'{path}' is not UTF-8 text (byte {exc.start}); give a text file.") from exc
     except OSError as exc:
         raise WindtunnelError(f"Cannot read '{path}': {exc.strerror}.") from exc
+
+
+def exists(path: str | Path, kind: str = "any") -> bool:
+    """Whether ``path`` is an existing file system entry (``kind`` 'file' or 'dir' for that kind only); False for
+    text that cannot be a path (a name too long for the file system, a NUL byte) instead of an OSError."""
+    try:
+        path = Path(path)
+        return path.is_file() if kind == "file" else path.is_dir() if kind == "dir" else path.exists()
+    except (OSError, ValueError):
+        return False
 
 
 def read_yaml(path: str | Path) -> Any:
@@ -33,6 +49,8 @@ def read_yaml(path: str | Path) -> Any:
     try:
         # The C-accelerated safe loader when PyYAML has it: same safety (no arbitrary objects), faster.
         return yaml.load(text, Loader=_SAFE_LOADER)
+    except RecursionError as exc:
+        raise WindtunnelError(f"YAML in '{path}' is nested too deeply to be a configuration file.") from exc
     except yaml.YAMLError as exc:
         where = ""
         mark = getattr(exc, "problem_mark", None)
@@ -51,7 +69,7 @@ def read_mapping_file(text: str, *, what: str, field: str, expected: str) -> tup
     path = Path(text)
     if path.suffix not in (".yaml", ".yml"):
         return None
-    if not path.exists():
+    if not exists(path):
         raise WindtunnelError(f"{what} file not found: '{path}' (field '{field}').", field=field)
     doc = read_yaml(path)
     if not isinstance(doc, dict):
@@ -59,10 +77,10 @@ def read_mapping_file(text: str, *, what: str, field: str, expected: str) -> tup
     return doc, path
 
 
-def read_json(path: str | Path) -> Any:
+def read_json(path: str | Path, limit: int = MAX_CONFIG_BYTES) -> Any:
     """Load a JSON file; malformed files raise a WindtunnelError naming the line."""
     path = Path(path)
-    text = read_text(path)
+    text = read_text(path, limit)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

@@ -83,6 +83,13 @@ def search_training(space: SearchSpace, backend: Any, *, top: int = 20, refine_c
     """Run the plan search and return the result document (the `train search --json` contract)."""
     if refine_count < 1:
         raise WindtunnelError(f"Field 'refine' must be at least 1, got {refine_count}.", field="refine")
+    from windtunnel.specs.bounds import MAX_MICRO_BATCHES, MAX_SEQ_LEN, check_whole
+
+    check_whole("refine", refine_count, 1, 100_000)
+    check_whole("top", top, 1, 100_000)
+    check_whole("seq_len", space.seq_len, 1, MAX_SEQ_LEN, what=" tokens")
+    check_whole("global_batch", space.global_batch, 1, MAX_MICRO_BATCHES * space.cluster.devices,
+                what=f" sequences ({MAX_MICRO_BATCHES:,} micro-batches per data-parallel rank)")
     problem = TrainingProblem(space)
     baseline_plan = parse_plan(baseline_text(baseline)) if baseline else None
     if baseline_plan is not None:

@@ -22,6 +22,7 @@ from windtunnel.graph.transformer import (
     layer_forward,
     mtp_projection_forward,
 )
+from windtunnel.specs.bounds import MAX_EXACT_MICRO_BATCHES
 from windtunnel.specs.errors import InternalError, WindtunnelError, check_result
 from windtunnel.specs.hardware import Cluster
 from windtunnel.specs.layout import LAYER_KINDS, stage_modules
@@ -368,6 +369,11 @@ def simulate(job: TrainingJob) -> TrainingResult:
     builder = _StepBuilder(job)
     plan, model, cluster, chip = builder.plan, job.model, job.cluster, builder.chip
     # Breakdown: averaged over the pipeline ranks, each of which spans the whole step.
+    if (job.exact or job.keep_trace) and builder.micro_batches > MAX_EXACT_MICRO_BATCHES:
+        raise WindtunnelError(f"{'--exact' if job.exact else 'A trace'} plays every one of the step's "
+                              f"{builder.micro_batches:,} micro-batches; at most {MAX_EXACT_MICRO_BATCHES:,} are played "
+                              "whole (leave --exact/--trace out: the steady-state path is within 0.1%).",
+                              field="global_batch")
     played = play_step(builder, exact=job.exact or job.keep_trace)
     timeline, chunks, flops, step, breakdown = played.timeline, played.chunks, played.flops, played.step, played.breakdown
     tokens = job.global_batch * job.seq_len
