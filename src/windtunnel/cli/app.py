@@ -17,6 +17,7 @@ from windtunnel.cli.infer import infer_app, validate_inference_cmd
 from windtunnel.cli.job import register as register_job
 from windtunnel.cli.profiling import register as register_profiling
 from windtunnel.cli.root import register as register_root
+from windtunnel.cli.run import register as register_run
 from windtunnel.specs.errors import WindtunnelError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -38,6 +39,7 @@ register_job(train_app)  # train job
 register_profiling(calibrate_app, app)  # calibrate collectives, calibrate trace, probe
 register_graph(app)  # graph show
 register_root(app)  # --version; a single-valued option given twice is an error, on every verb
+register_run(app)  # run scenario.yaml: studies of any pillar from a file
 
 console = Console()
 UNFUSED_LOSS_HELP = "Unfused fp32 cross-entropy (Megatron-LM's default) instead of the stack's loss kernel."
