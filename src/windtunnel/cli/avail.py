@@ -20,7 +20,7 @@ avail_app = typer.Typer(no_args_is_help=True, help="Sim2Availability: faults, ch
                                                    "and ETTR (Markov model and step simulation).")
 console = Console()
 
-# shared options (durations accept 30min, 60s, 1.5h, 54d; a bare number is seconds)
+# shared options (durations accept 30min, 60s, 1.5h, 54d; a bare number is an error: the unit is never guessed)
 DEVICES = typer.Option(..., help="Devices (accelerators) in the job.")
 HARDWARE = typer.Option(None, help="Chip or cluster id (or cluster YAML): gives devices per node (server).")
 DEVICES_PER_NODE = typer.Option(None, help="Devices per node (server); overrides --hardware.")

@@ -2,7 +2,7 @@
 
 String forms (``--traffic``)::
 
-    poisson:rate=20,input=lognormal(2000,0.8),output=lognormal(400,1.0)[,duration=300|requests=N]
+    poisson:rate=20,input=lognormal(2000,0.8),output=lognormal(400,1.0)[,duration=300s|requests=N]
     gamma:rate=20,cv=3,input=uniform(100,4000),output=200
     trace:validation/traces/azure_llm_2023_conv.csv[,speed=2][,requests=N][,start=S][,duration=D]
     trace:validation/traces/mooncake_conversation.jsonl[,...]   (carries prompt block hashes: prefix caching)
@@ -23,7 +23,9 @@ Lengths are at least 1 token. A YAML file can mix request classes and change rat
       - {duration: 300, rate: 12, mix: {chat: 0.9, generation: 0.1}}
       - {duration: 300, rate: 12, mix: {chat: 0.2, generation: 0.8}}
 
-Times are seconds, rates requests per second, lengths tokens. The same seed gives the same workload.
+Times in a string carry their unit (duration=300s, start=1min, think=500ms; a bare number other than 0 is an
+error); numbers in a YAML file are seconds. Rates are requests per second, lengths tokens. The same seed gives
+the same workload.
 """
 
 from __future__ import annotations
