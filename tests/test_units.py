@@ -129,3 +129,10 @@ def test_slo_below_one_iteration_warns(slo, needle):
     assert "warning: SLO" in invoke(*argv).stdout
     ok = json.loads(invoke("infer", "simulate", *SERVE, "--deployment", "mixed:tp=1", "--json").stdout)
     assert ok["warnings"] == []
+
+
+def test_infer_search_warns_on_an_impossible_slo():
+    argv = ["infer", "search", *SERVE, "--devices", "2", "--requests", "100", "--slo", "ttft=2s,tpot=1ms"]
+    doc = json.loads(invoke(*argv, "--json").stdout)
+    assert any("tpot=1 ms is below one decode iteration" in w and "checked on" in w for w in doc["warnings"])
+    assert "warning: SLO tpot=1 ms" in invoke(*argv).stdout

@@ -200,6 +200,8 @@ def search_cmd(
         _emit_json(document)
     else:
         search_table(document, console)
+        for line in document.get("warnings") or []:
+            console.print(f"warning: {line}", style="yellow", markup=False)
         if report is not None:
             console.print(f"written: {report}")
 

@@ -414,6 +414,11 @@ def search_deployments(model: str | ModelSpec, hardware: str, devices: int, traf
         if closest is not None:
             reason += f"; the closest, {closest['deployment']} ({closest['devices']} devices), reaches " \
                       f"{closest['attainment']:.1%}"
+    from windtunnel.infer.slo_check import deployment_slo_warnings
+
+    shown = best or closest
+    warnings = deployment_slo_warnings(spec, hardware, shown["deployment"], slo_spec, int(workload.prompt.min())) \
+        if shown is not None and workload.size else []
     label = {"devices": f"fewest devices with SLO attainment >= {attainment:.1%} at the offered load, not overloaded",
              "cost": f"lowest cost per hour (USD {price_per_device_hour} per device-hour) with SLO attainment >= "
                      f"{attainment:.1%} at the offered load, not overloaded",
@@ -428,4 +433,5 @@ def search_deployments(model: str | ModelSpec, hardware: str, devices: int, traf
         "best_colocated": next((r for r in winners if r["kind"] == "colocated"), None),
         "best_disaggregated": next((r for r in winners if r["kind"] == "disaggregated"), None),
         "baseline": baseline_row, "candidates": counts, "elapsed_s": time.perf_counter() - start, "notes": notes,
+        "warnings": warnings,
     }

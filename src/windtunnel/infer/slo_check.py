@@ -30,3 +30,16 @@ def slo_warnings(instances, slo: SLO, prompt_tokens: int) -> list[str]:
             warnings.append(f"SLO ttft={_ms(slo.ttft_s)} is below the prefill of the smallest prompt "
                             f"({prompt_tokens} tokens) on an idle instance ({_ms(floor)}): no request can meet it.")
     return warnings
+
+
+def deployment_slo_warnings(model, hardware: str, deployment: str, slo: SLO, prompt_tokens: int) -> list[str]:
+    """``slo_warnings`` for a deployment string (the search's best or closest) on ``hardware``."""
+    from types import SimpleNamespace
+
+    from windtunnel.infer.deployment import parse_deployment, resolve_deployment
+    from windtunnel.infer.iteration import IterationModel
+
+    plans = resolve_deployment(model, hardware, parse_deployment(deployment))
+    found = slo_warnings([SimpleNamespace(role=plan.role, cost=IterationModel(model, plan)) for plan in plans], slo,
+                         prompt_tokens)
+    return [f"{line} (checked on {deployment})" for line in found]
