@@ -25,6 +25,18 @@ HARDWARE = typer.Option(..., help="Chip id (its default cluster), cluster id, or
 TRAFFIC = typer.Option(..., help="poisson:rate=R,input=DIST,output=DIST | gamma:rate=R,cv=C,... | trace:FILE.csv[,speed=S]"
                                  " | closed:concurrency=N,input=..,output=.. | traffic.yaml")
 SLO_OPT = typer.Option("ttft=2s,tpot=100ms", help="Latency objectives, e.g. ttft=2s,tpot=100ms.")
+DEFAULT_SLO = "ttft=2s,tpot=100ms"
+MODEL_OR_DAG = typer.Option(..., help="Catalog model id, model YAML, Hugging Face config.json, or an operator DAG "
+                                      "(X.onnx, onnx:NAME: forward-only serving, cli/infer_dag.py).")
+TRAFFIC_OR_RATE = typer.Option(None, help="poisson:rate=R,input=DIST,output=DIST | gamma:rate=R,cv=C,... | "
+                                          "trace:FILE.csv[,speed=S] | closed:concurrency=N,... | traffic.yaml (required "
+                                          "for an LLM); an ONNX / DAG model: poisson:rate=R or gamma:rate=R,cv=C "
+                                          "samples/s (optional: the latency at that load).")
+SLO_OR_LATENCY = typer.Option(None, help="Latency objectives: an LLM ttft=2s,tpot=100ms (the default); an ONNX / DAG "
+                                         "model latency=50ms (p99 at the --traffic load).")
+BATCH_OPT = typer.Option(None, help="ONNX / DAG models: samples per batch on each replica (default 1).")
+BATCH_SHAPE_OPT = typer.Option(None, help="ONNX / DAG models: symbolic dimensions of one sample, NAME=VALUE,... "
+                                          "(e.g. nodes=2048,edges=16384).")
 SEED = typer.Option(0, help="Random seed (same seed, same result).")
 AS_JSON = typer.Option(False, "--json", help="Print the result as JSON.")
 
@@ -105,13 +117,16 @@ def deployment_keys_cmd(as_json: bool = typer.Option(False, "--json", help="Prin
 
 @infer_app.command("simulate", epilog=DEPLOYMENT_EPILOG)
 def simulate_cmd(
-    model: str = MODEL,
+    model: str = MODEL_OR_DAG,
     hardware: str = HARDWARE,
-    deployment: str = typer.Option(..., help="'mixed:tp=8,replicas=2' | 'prefill:ep=32,replicas=2;decode:ep=128' | "
+    deployment: str | None = typer.Option(None, help="'mixed:tp=8,replicas=2' | 'prefill:ep=32,replicas=2;decode:ep=128' | "
                                              "deployment.yaml (keys: tp dp ep pp replicas max_batch max_tokens batching "
-                                             "admission precision kv prefix_hit chip mem_util tbo overhead)"),
-    traffic: str = TRAFFIC,
-    slo: str = SLO_OPT,
+                                             "admission precision kv prefix_hit chip mem_util tbo overhead); required "
+                                             "for an LLM. An ONNX / DAG model: tp=T,pp=P,replicas=R (default 1 device)."),
+    traffic: str | None = TRAFFIC_OR_RATE,
+    slo: str | None = SLO_OR_LATENCY,
+    batch: int | None = BATCH_OPT,
+    batch_shape: str | None = BATCH_SHAPE_OPT,
     seed: int = SEED,
     router: str | None = typer.Option(None, help="round_robin, least_tokens or kv_aware (overrides the deployment's)."),
     profile: Path | None = typer.Option(None, help="Calibration profile of a chip of the deployment (from `windtunnel "
@@ -122,9 +137,18 @@ def simulate_cmd(
     timings: bool = typer.Option(False, "--timings", help="Add the wall-clock seconds the simulation took (wall_s) "
                                  "to --json; without it the same inputs and seed give byte-identical JSON."),
 ) -> None:
-    """Simulate serving TRAFFIC on a DEPLOYMENT of MODEL on HARDWARE: latency percentiles, throughput, goodput."""
+    """Simulate serving TRAFFIC on a DEPLOYMENT of MODEL on HARDWARE: latency percentiles, throughput, goodput
+    (an ONNX / operator-DAG model: latency per batch, samples/s, memory, and the latency at a load)."""
+    from windtunnel.cli import infer_dag
     from windtunnel.infer.api import simulate_serving
 
+    if infer_dag.is_dag_model(model):
+        infer_dag.refuse(router=router, profile=profile, what_if=what_if)
+        document = infer_dag.dag_simulate(model, hardware, deployment, traffic, slo, batch, batch_shape)
+        _emit_json(document) if as_json else infer_dag.print_dag_serving(document, console)
+        return
+    infer_dag.refuse_dag_options(batch, batch_shape)
+    deployment, traffic, slo = _llm_required(deployment, traffic, slo)
     result = simulate_serving(model, hardware, deployment, traffic, slo=slo, seed=seed, router=router, profile=profile)
     if what_if:
         from windtunnel.infer.explain import serving_variant
@@ -145,13 +169,25 @@ def simulate_cmd(
         print_result(result)
 
 
+def _llm_required(deployment, traffic, slo) -> tuple[str | None, str, str]:
+    """An LLM needs --deployment (simulate) and --traffic; its SLO defaults to ttft=2s,tpot=100ms."""
+    from windtunnel.specs.errors import WindtunnelError
+
+    for name, value in (("deployment", deployment), ("traffic", traffic)):
+        if value is None:
+            raise WindtunnelError(f"Option '--{name}' is missing: an LLM is served on a deployment under traffic "
+                                  "(see --help).", field=name)
+    return deployment, traffic, slo or DEFAULT_SLO
+
+
 @infer_app.command("search", epilog=DEPLOYMENT_EPILOG)
 def search_cmd(
-    model: str = MODEL,
+    model: str = MODEL_OR_DAG,
     hardware: str = HARDWARE,
     devices: int = typer.Option(..., help="Device budget (objective goodput: the fixed number of devices)."),
-    traffic: str = TRAFFIC,
-    slo: str = SLO_OPT,
+    traffic: str | None = TRAFFIC_OR_RATE,
+    slo: str | None = SLO_OR_LATENCY,
+    batch_shape: str | None = BATCH_SHAPE_OPT,
     attainment: float = typer.Option(0.99, help="SLO attainment a deployment must reach (fraction of requests)."),
     objective: str | None = typer.Option(None, help="devices (fewest devices that serve the traffic; default), cost "
                                          "(lowest cost; default with --price) or goodput (most goodput at the "
@@ -173,8 +209,19 @@ def search_cmd(
     what_if: list[str] = typer.Option([], "--what-if", help="Search on what-if hardware, KEY=VALUE (repeatable; "
                                       "VALUE xF or a quantity with its unit)."),
 ) -> None:
-    """Search deployments within a device budget that serve TRAFFIC at an SLO attainment target (progress on stderr)."""
+    """Search deployments within a device budget that serve TRAFFIC at an SLO attainment target (progress on stderr);
+    an ONNX / DAG model: tp, pp, batch and replicas, the fewest devices meeting --slo latency=... at the load."""
+    from windtunnel.cli import infer_dag
     from windtunnel.cli.progress import progress_reporter
+
+    if infer_dag.is_dag_model(model):
+        infer_dag.refuse(objective=objective, price=price, baseline=baseline, router=router, report=report,
+                         what_if=what_if, address=address)
+        document = infer_dag.dag_search(model, hardware, devices, traffic, slo, batch_shape, top)
+        _emit_json(document) if as_json else infer_dag.print_dag_search(document, console)
+        return
+    infer_dag.refuse_dag_options(None, batch_shape)
+    _, traffic, slo = _llm_required("", traffic, slo)
     from windtunnel.infer.explain import searched_hardware
     from windtunnel.infer.search import search_deployments
     from windtunnel.infer.search_report import search_table, write_search_html

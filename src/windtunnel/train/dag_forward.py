@@ -4,7 +4,8 @@ The same stage graphs as training (sharded by the plan's tp, cut into its pp sta
 forward only, one batch of ``batch`` samples per replica: the latency is the sum of the stages'
 forward times and the sends between them; pipelined batches leave a stage every ``max(stage time)``,
 so a replica serves ``batch / max(stage time)`` samples/s and the job ``devices / (tp * pp)`` replicas.
-Weights are held in 16-bit. Units: seconds, samples/s, bytes.
+Weights are held in 16-bit; activations are the peak of the tensors alive at once in a forward pass
+(freed after their last reader, 16-bit, split by tp). Units: seconds, samples/s, bytes.
 """
 
 from __future__ import annotations
@@ -45,9 +46,37 @@ def simulate_dag_inference(model: str, hardware: str, devices: int, *, batch: in
     latency = sum(stage_times) + hop * (given.pp - 1)
     interval = max(max(stage_times), hop)
     weights = max(sum(builder.layer_params(k)[0] for k in stage) for stage in builder.dag_stages) * WEIGHT_BYTES
+    activations = peak_activation_bytes(dag.imported(batch)) / given.tp
     return {"model": spec.id, "hardware": cluster.id, "chip": cluster.chip.id, "devices": devices,
             "plan": f"tp={given.tp},pp={given.pp},replicas={replicas}", "batch": batch,
             "batch_shape": dag.imported(batch).bindings, "latency_s": latency, "stage_times_s": stage_times,
             "samples_per_s": replicas * batch / interval, "samples_per_s_per_device": batch / interval / (given.tp * given.pp),
             "forward_flops_per_batch": dag.model_flops(batch), "weight_bytes_per_device": weights,
-            "memory_capacity_bytes": cluster.chip.hbm_bytes}
+            "activation_bytes_per_device": activations, "memory_bytes_per_device": weights + activations,
+            "memory_capacity_bytes": cluster.chip.hbm_bytes,
+            "fits_memory": weights + activations <= cluster.chip.hbm_bytes}
+
+
+def peak_activation_bytes(imported) -> float:
+    """The most activation bytes alive at once when the nodes run in order, forward only (bytes, one replica
+    before tensor parallelism): a tensor lives from its producer to its last reader; views alias their input."""
+    alias: dict[str, str] = {}
+    last: dict[str, int] = {}
+    for i, node in enumerate(imported.nodes):
+        for t in node.inputs:
+            last[alias.get(t, t)] = i
+        if node.kind == "view":
+            for t in node.outputs:
+                alias[t] = alias.get(node.inputs[0], node.inputs[0]) if node.inputs else t
+    for t in imported.graph_outputs:
+        last[alias.get(t, t)] = len(imported.nodes)
+    live, peak = 0.0, 0.0
+    for i, node in enumerate(imported.nodes):
+        if node.kind != "view":
+            live += sum(imported.tensor_bytes.get(t, 0.0) for t in node.outputs)
+        peak = max(peak, live)
+        for t in set(node.inputs):
+            root = alias.get(t, t)
+            if last.get(root) == i:
+                live -= imported.tensor_bytes.get(root, 0.0)
+    return peak
