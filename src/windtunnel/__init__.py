@@ -10,8 +10,8 @@ from typing import Any
 
 from windtunnel.specs.errors import WindtunnelError
 
-__all__ = ["WindtunnelError", "capture", "failure_aware_goodput", "load_hardware", "load_model", "parse_plan", "simulate_serving",
-           "simulate_training"]
+__all__ = ["WindtunnelError", "capture", "failure_aware_goodput", "load_hardware", "load_model", "parse_plan",
+           "search_serving", "search_training", "simulate_availability", "simulate_serving", "simulate_training"]
 __version__ = "0.1.0"
 
 

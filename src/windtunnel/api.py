@@ -22,11 +22,14 @@ from windtunnel.train.step import TrainingJob, simulate
 from windtunnel.train.uncertainty import annotate
 
 __all__ = ["load_hardware", "load_model", "load_dag", "capture", "parse_plan", "simulate_training", "TrainingResult",
-           "TrainingJob",
+           "TrainingJob", "search_training", "simulate_availability",
            "failure_aware_goodput", "simulate_serving", "search_serving", "compare_dynamic", "validate_inference"]
 if TYPE_CHECKING:
-    from windtunnel.infer.api import compare_dynamic, search_serving, simulate_serving
-_SERVING = ("simulate_serving", "search_serving", "compare_dynamic")
+    from windtunnel.avail.result import AvailabilityResult
+    from windtunnel.infer.api import compare_dynamic, simulate_serving
+    from windtunnel.infer.search_result import ServingSearch
+    from windtunnel.train.search_result import TrainingSearch
+_SERVING = ("simulate_serving", "compare_dynamic")
 
 
 def __getattr__(name: str):
@@ -201,3 +204,132 @@ def validate_inference(csv_path: str | Path) -> dict:
 
     results = validate_rows(read_rows(csv_path))
     return {"rows": [r.as_dict() for r in results], "summary": summarize(results)}
+
+
+def search_training(
+    model: str | ModelSpec,
+    hardware: str | Cluster,
+    devices: int | None = None,
+    *,
+    seq_len: int = 4096,
+    global_batch: int,
+    precision: str = "bf16",
+    pins: dict[str, list] | None = None,
+    top: int = 20,
+    refine: int = 32,
+    baseline: str | None = None,
+    moe_imbalance: float = 1.1,
+    framework: str = "megatron",
+    profile: str | Path | Profile | None = None,
+    what_if: str | list[str] | None = None,
+    cuda_graphs: str = "none",
+    workers: int | None = 1,
+    progress=None,
+) -> TrainingSearch:
+    """Search the parallel-plan space for the fastest plans that fit (``windtunnel train search``).
+
+    model, hardware, devices, seq_len (tokens), global_batch (sequences), framework, profile, what_if: as in
+    :func:`simulate_training`. ``pins``: dimensions restricted to values, e.g. ``{"tp": [4, 8], "recompute":
+    ["none", "full"]}`` (dimensions of windtunnel.train.space.DIMENSIONS). ``top``: plans kept; ``refine``: best
+    screened plans re-simulated on the event engine; ``baseline``: a plan whose tokens/s the best is compared
+    with. ``workers``: local processes (None: every core). ``progress(phase, done, total)``: called as
+    candidates finish. Returns a :class:`TrainingSearch`: its fields are the JSON keys of ``train search
+    --json``; plans best first with step_time_s (s), tokens_per_s, mfu (0-1), peak_memory_bytes (bytes);
+    ``.to_frame()`` is the plans as a DataFrame.
+    """
+    from windtunnel.search.backends import make_backend
+    from windtunnel.specs.stack import load_stack, with_stack_defaults
+    from windtunnel.train.search import search_training as run_search
+    from windtunnel.train.search_result import TrainingSearch
+    from windtunnel.train.space import SearchSpace
+    from windtunnel.train.variant import hardware_variant
+
+    spec, dag = resolve_model(model)
+    if dag is not None:
+        raise ValueError("search_training takes a transformer model (catalog id, YAML, config.json or ModelSpec)")
+    cluster = resolve_cluster(hardware, devices)
+    cluster.chip.peak(precision)
+    stack = load_stack(framework)
+    stack_plan = with_stack_defaults(Plan(), stack)
+    fitted, notes = apply_profile(profile, cluster.chip.id, framework)
+    cluster, fitted, what = hardware_variant(cluster, fitted, framework, what_if or [])
+    space = SearchSpace(spec, cluster, seq_len, global_batch, precision=precision, moe_imbalance=moe_imbalance,
+                        choices=dict(pins or {}), cuda_graphs=cuda_graphs, grads=stack_plan.grads,
+                        dispatcher=stack_plan.dispatcher, framework=stack.id, fitted_override=fitted)
+    runner = make_backend("local", workers=workers)
+    try:
+        document = run_search(space, runner, top=top, refine_count=refine, baseline=baseline, progress=progress)
+    finally:
+        runner.close()
+    if notes:
+        document["profile"] = notes[0]
+    if what:
+        document["what_if"] = what.label
+    return TrainingSearch.from_json_dict(_stamp(document, "search_training", dict(
+        model=model, hardware=hardware, devices=devices, seq_len=seq_len, global_batch=global_batch,
+        precision=precision, pins=pins, top=top, refine=refine, baseline=baseline, moe_imbalance=moe_imbalance,
+        framework=framework, profile=profile, what_if=what_if, cuda_graphs=cuda_graphs)))
+
+
+def search_serving(model, hardware, devices: int, traffic, **options) -> ServingSearch:
+    """Search deployments of ``model`` within ``devices`` devices of ``hardware`` that serve ``traffic`` at an SLO
+    attainment target (``windtunnel infer search``; options as :func:`windtunnel.infer.search.search_deployments`:
+    slo ``"ttft=2s,tpot=100ms"``, attainment (fraction), objective devices/cost/goodput, price_per_device_hour
+    (USD), top, baseline, mode, requests, workers, seed, router, progress). Returns a :class:`ServingSearch`: its
+    fields are the JSON keys of ``infer search --json`` (goodput in requests/s, latencies in s, devices counted);
+    ``.to_frame()`` is the winning deployments as a DataFrame."""
+    from windtunnel.infer.search import search_deployments
+    from windtunnel.infer.search_result import ServingSearch
+
+    document = search_deployments(model, hardware, devices, traffic, **options)
+    inputs = dict(model=model, hardware=hardware, devices=devices, traffic=traffic,
+                  **{k: v for k, v in options.items() if k not in ("progress", "backend")})
+    return ServingSearch.from_json_dict(_stamp(document, "search_serving", inputs))
+
+
+def simulate_availability(
+    devices: int,
+    *,
+    faults: str = "catalog:llama3-54day",
+    policy: str | dict = "restart-from-checkpoint",
+    step_time_s: float = 10.0,
+    horizon_s: float = 54 * 86400.0,
+    hardware: str | None = None,
+    devices_per_node: int | None = None,
+    rate_scale: float = 1.0,
+    replications: int = 1000,
+    seed: int = 0,
+    **policy_overrides,
+) -> AvailabilityResult:
+    """Monte Carlo of a training job under faults (``windtunnel avail simulate``).
+
+    devices: job size; faults: ``catalog:NAME`` or a fault-profile YAML; policy: ``KIND[,key=value...]``
+    (restart-from-checkpoint, in-memory-checkpoint, hot-spare, elastic-shrink); step_time_s: one training step
+    (s); horizon_s: wall time per replication (s); devices per node from ``devices_per_node``, else
+    ``hardware``; ``policy_overrides``: RecoveryPolicy fields in seconds (checkpoint_every_s, checkpoint_cost_s,
+    restart_s, detect_s, repair_s, spares, ...). Same inputs and seed, same result. Returns an
+    :class:`AvailabilityResult`: its fields are the JSON keys of ``avail simulate --json`` (availability and ETTR
+    as fractions of wall time, seconds lost by cause); ``.to_frame()`` is the seconds lost per cause.
+    """
+    from windtunnel.avail.policy import parse_policy
+    from windtunnel.avail.result import AvailabilityResult
+    from windtunnel.avail.scenario import make_scenario
+    from windtunnel.avail.sim import simulate
+
+    scenario = make_scenario(devices, faults, parse_policy(policy, **policy_overrides), step_time_s=step_time_s,
+                             horizon_s=horizon_s, devices_per_node=devices_per_node, hardware=hardware,
+                             rate_scale=rate_scale)
+    document = simulate(scenario, replications, seed).to_json_dict()
+    return AvailabilityResult.from_json_dict(_stamp(document, "simulate_availability", dict(
+        devices=devices, faults=faults, policy=policy, step_time_s=step_time_s, horizon_s=horizon_s, hardware=hardware,
+        devices_per_node=devices_per_node, rate_scale=rate_scale, replications=replications, seed=seed,
+        **policy_overrides)))
+
+
+def _stamp(document: dict, function: str, inputs: dict) -> dict:
+    """The document with the version and provenance the CLI's JSON carries (the call instead of the command)."""
+    from windtunnel.report.provenance import provenance, version
+
+    plain = {k: (v if isinstance(v, (str, int, float, bool, list, dict, type(None))) else str(v))
+             for k, v in sorted(inputs.items())}
+    return {**document, "windtunnel_version": version(), "provenance": provenance(f"windtunnel.{function}()", plain)}

@@ -113,14 +113,10 @@ class ServingResult:
     tpot_s: dict
     e2e_s: dict
     makespan_s: float
-    requests_per_s: float
-    output_tokens_per_s: float
-    input_tokens_per_s: float
-    goodput_requests_per_s: float
-    slo_attainment: float
+    throughput: dict  # requests_per_s, output/input/total_tokens_per_s (and _per_device): per second of makespan
+    goodput: dict  # requests_per_s (and _per_device) meeting the SLO, slo_attainment (fraction of requests)
     preemptions: int
-    kv_peak_fraction: float
-    kv_mean_fraction: float
+    kv_cache: dict  # peak_fraction, mean_fraction of the deployment's KV capacity
     series: dict
     instances: list[dict]
     per_class: dict
@@ -137,8 +133,47 @@ class ServingResult:
         return bool(self.load.get("overloaded", False))
 
     @property
+    def served_rate(self) -> float | None:
+        """Requests/s leaving the system over the second half of the arrivals (module docstring)."""
+        return self.load.get("served_rate")
+
+    @property
+    def offered_rate(self) -> float | None:
+        """Requests/s arriving (None for a closed loop)."""
+        return self.load.get("offered_rate")
+
+    # Flat names of the nested JSON values (used across the serving pillar; the fields are the JSON keys).
+    @property
+    def requests_per_s(self) -> float:
+        return self.throughput["requests_per_s"]
+
+    @property
+    def output_tokens_per_s(self) -> float:
+        return self.throughput["output_tokens_per_s"]
+
+    @property
+    def input_tokens_per_s(self) -> float:
+        return self.throughput["input_tokens_per_s"]
+
+    @property
+    def goodput_requests_per_s(self) -> float:
+        return self.goodput["requests_per_s"]
+
+    @property
     def goodput_per_device(self) -> float:
-        return self.goodput_requests_per_s / self.devices if self.devices else 0.0
+        return self.goodput["requests_per_s_per_device"]
+
+    @property
+    def slo_attainment(self) -> float:
+        return self.goodput["slo_attainment"]
+
+    @property
+    def kv_peak_fraction(self) -> float:
+        return self.kv_cache["peak_fraction"]
+
+    @property
+    def kv_mean_fraction(self) -> float:
+        return self.kv_cache["mean_fraction"]
 
     def to_json_dict(self, *, timings: bool = False) -> dict:
         """The JSON contract of ``infer simulate --json``: the same inputs and seed give the same bytes, so the
@@ -148,20 +183,8 @@ class ServingResult:
             "slo": {"ttft_s": self.slo.ttft_s, "tpot_s": self.slo.tpot_s}, "seed": self.seed, "devices": self.devices,
             "pools": self.pools, "requests": self.requests, "completed": self.completed, "rejected": self.rejected,
             "ttft_s": self.ttft_s, "tpot_s": self.tpot_s, "e2e_s": self.e2e_s, "makespan_s": self.makespan_s,
-            "throughput": {
-                "requests_per_s": self.requests_per_s,
-                "requests_per_s_per_device": self.requests_per_s / self.devices,
-                "output_tokens_per_s": self.output_tokens_per_s,
-                "output_tokens_per_s_per_device": self.output_tokens_per_s / self.devices,
-                "input_tokens_per_s": self.input_tokens_per_s,
-                "total_tokens_per_s": self.input_tokens_per_s + self.output_tokens_per_s,
-                "total_tokens_per_s_per_device": (self.input_tokens_per_s + self.output_tokens_per_s) / self.devices,
-            },
-            "goodput": {"requests_per_s": self.goodput_requests_per_s,
-                        "requests_per_s_per_device": self.goodput_per_device,
-                        "slo_attainment": self.slo_attainment},
-            "preemptions": self.preemptions,
-            "kv_cache": {"peak_fraction": self.kv_peak_fraction, "mean_fraction": self.kv_mean_fraction},
+            "throughput": self.throughput, "goodput": self.goodput, "preemptions": self.preemptions,
+            "kv_cache": self.kv_cache,
             "series": self.series, "instances": self.instances, "per_class": self.per_class,
             "assumptions": self.assumptions, "events": self.events,
             "switches": self.switches, "overloaded": self.overloaded, "served_rate": self.load.get("served_rate"),
@@ -218,6 +241,14 @@ def load_summary(out: SimOutput, makespan_s: float, closed: bool) -> dict:
                     f"{OVERLOAD_MIN_REQUESTS}): the queue keeps growing"}
 
 
+def _throughput(requests: float, output: float, prompt: float, devices: int) -> dict:
+    """Completed requests and tokens per second of makespan, in total and per device."""
+    per = 1.0 / devices if devices else 0.0
+    return {"requests_per_s": requests, "requests_per_s_per_device": requests * per, "output_tokens_per_s": output,
+            "output_tokens_per_s_per_device": output * per, "input_tokens_per_s": prompt,
+            "total_tokens_per_s": prompt + output, "total_tokens_per_s_per_device": (prompt + output) * per}
+
+
 def summarise(out: SimOutput, *, model: str, hardware: str, deployment: str, traffic: dict, slo: SLO, seed: int,
               devices: int, pools: list[dict], class_names: list[str], assumptions: list[str]) -> ServingResult:
     """Turn raw simulation output into a ServingResult."""
@@ -255,12 +286,13 @@ def summarise(out: SimOutput, *, model: str, hardware: str, deployment: str, tra
         model=model, hardware=hardware, deployment=deployment, traffic=traffic, slo=slo, seed=seed, devices=devices,
         pools=pools, requests=int(out.prompt.size), completed=int(done.sum()), rejected=int(out.rejected.sum()),
         ttft_s=_percentiles(ttft), tpot_s=_percentiles(tpot), e2e_s=_percentiles(e2e), makespan_s=makespan,
-        requests_per_s=float(done.sum()) / makespan,
-        output_tokens_per_s=float(out.output[done].sum()) / makespan,
-        input_tokens_per_s=float(out.prompt[done].sum()) / makespan,
-        goodput_requests_per_s=float(ok.sum()) / makespan,
-        slo_attainment=float(ok.mean()) if ok.size else 0.0,
-        preemptions=int(out.preempted.sum()), kv_peak_fraction=kv_peak, kv_mean_fraction=kv_mean, series=series,
+        throughput=_throughput(float(done.sum()) / makespan, float(out.output[done].sum()) / makespan,
+                               float(out.prompt[done].sum()) / makespan, devices),
+        goodput={"requests_per_s": float(ok.sum()) / makespan,
+                 "requests_per_s_per_device": float(ok.sum()) / makespan / devices if devices else 0.0,
+                 "slo_attainment": float(ok.mean()) if ok.size else 0.0},
+        preemptions=int(out.preempted.sum()), kv_cache={"peak_fraction": kv_peak, "mean_fraction": kv_mean},
+        series=series,
         instances=instances, per_class=per_class, assumptions=assumptions, events=out.events, switches=out.switches,
         load=load_summary(out, makespan, out.closed_loop), prefix_cache=out.prefix_cache)
     check_serving_result(result)
