@@ -205,12 +205,21 @@ def _links(doc: Path) -> list[str]:
     return re.findall(r"\]\(([^)\s]+)\)", text)
 
 
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
 @pytest.mark.parametrize("doc", [d for d in DOCS if d.exists()], ids=lambda d: d.name)
 def test_links_stay_inside_the_repository_and_exist(doc: Path):
     text = doc.read_text(encoding="utf-8")
     assert "../shared" not in text, f"{doc.name} points outside the repository"
+    anchors = {_slug(h) for h in re.findall(r"^#+\s+(.+?)\s*$", re.sub(r"```.*?```", "", text, flags=re.S), re.M)}
     for link in _links(doc):
-        if link.startswith(("http://", "https://", "mailto:", "#")):
+        if link.startswith("#"):
+            assert link[1:] in anchors, f"{doc.name}: link '{link}' names no heading"
+            continue
+        if link.startswith(("http://", "https://", "mailto:")):
             continue
         target = (doc.parent / link.split("#", 1)[0]).resolve()
         assert target.is_relative_to(ROOT), f"{doc.name}: link '{link}' leaves the repository"
