@@ -12,6 +12,11 @@ from windtunnel.avail.scenario import make_scenario
 
 MODEL, CHIP = "llama3-8b", "h100-sxm"
 
+
+def get(result, key):
+    """A field of a result, whether the API returns it as a mapping or as a typed result."""
+    return result[key] if isinstance(result, dict) else getattr(result, key)
+
 # %% [markdown]
 # ## 1. One training step (Sim2Train)
 
@@ -27,9 +32,9 @@ print("breakdown (s):", {k: round(v, 4) for k, v in step.breakdown.items()})
 # %%
 rows = failure_aware_goodput(MODEL, CHIP, 128, seq_len=8192, global_batch=512,
                              plans=["tp=1,pp=1,zero=2", "tp=2,pp=1,zero=1"], faults="catalog:meta-rsc1")
-for row in rows:
-    print(f"{row['plan']:>20}: {row['tokens_per_s']:,.0f} tokens/s, ETTR {row['ettr']:.3f}, "
-          f"goodput {row['goodput_tokens_per_s']:,.0f} tokens/s")
+for row in get(rows, "rows") if not isinstance(rows, list) else rows:
+    print(f"{get(row, 'plan'):>20}: {get(row, 'tokens_per_s'):,.0f} tokens/s, ETTR {get(row, 'ettr'):.3f}, "
+          f"goodput {get(row, 'goodput_tokens_per_s'):,.0f} tokens/s")
 
 # %% [markdown]
 # ## 3. Availability of a big job (Sim2Availability, Markov model)
@@ -46,9 +51,9 @@ print(f"16k GPUs: availability {markov['availability']:.3%}, ETTR {markov['ettr'
 
 # %%
 TRAFFIC = "poisson:rate=8,input=1000,output=200,requests=400"
-served = simulate_serving(MODEL, CHIP, "mixed:tp=1,replicas=2", TRAFFIC, slo="ttft=2s,tpot=100ms")
-print(f"TTFT p90 {served.ttft_s['p90'] * 1e3:.0f} ms, TPOT p90 {served.tpot_s['p90'] * 1e3:.1f} ms, "
-      f"SLO attainment {served.slo_attainment:.1%}")
+served = simulate_serving(MODEL, CHIP, "mixed:tp=1,replicas=2", TRAFFIC, slo="ttft=2s,tpot=100ms").to_json_dict()
+print(f"TTFT p90 {served['ttft_s']['p90'] * 1e3:.0f} ms, TPOT p90 {served['tpot_s']['p90'] * 1e3:.1f} ms, "
+      f"SLO attainment {served['goodput']['slo_attainment']:.1%}")
 found = search_serving(MODEL, CHIP, 8, TRAFFIC, slo="ttft=2s,tpot=100ms", top=3, requests=200)
-for row in found["deployments"]:
+for row in get(found, "deployments"):
     print(f"{row['deployment']:>40}: {row['devices']} devices, attainment {row['attainment']:.1%}")

@@ -87,5 +87,9 @@ CLI_BASE = ("avail", "target", "--availability", "0.99", "--ettr", "0.9", "--dev
 
 @functools.cache
 def _target_cli(*extra: str) -> dict:
-    out = json.loads(CliRunner().invoke(app, [*CLI_BASE, *extra]).output)
+    base = list(CLI_BASE)
+    for option in extra[::2]:  # an option given once (a repeat is an error): the extra value replaces the base's
+        if option in base:
+            del base[base.index(option):base.index(option) + 2]
+    out = json.loads(CliRunner().invoke(app, [*base, *extra]).output)
     return {k: json.dumps(out[k], sort_keys=True) for k in ("rows", "baseline", "policies")}
