@@ -97,7 +97,7 @@ SIM = "kind: train-simulate\nmodel: llama3-8b\nhardware: h100-sxm\ndevices: 8\ng
     (SIM + "plna: tp=2\n", ["'plna'", "did you mean 'plan'", "global_batch"]),
     (SIM.replace("train-simulate", "train-simulat"), ["'kind'", "did you mean 'train-simulate'", "infer-search"]),
     ("kind: avail-markov\ndevices: 1024\ncheckpoint_every: 30\n", ["study 1", "checkpoint-every", "'30'", "min"]),
-    ("kind: infer-simulate\nmodel: llama3-8b\nhardware: h100-sxm\n", ["'deployment'", "required"]),
+    ("kind: infer-simulate\nmodel: llama3-8b\nhardware: h100-sxm\n", ["study 1", "deployment"]),
     (SIM + "devices: eight\n", ["'devices'", "integer"]),
     (SIM + "json: true\n", ["'json'", "not a study option"]),
     ("studies:\n  - " + SIM.replace("\n", "\n    ") + "\nstudy: x\n", ["unknown top-level key 'study'"]),
