@@ -68,6 +68,8 @@ def simulate_training(
     what_if: str | list[str] | None = None,
     batch_shape: str | dict | None = None,
     exact: bool = False,
+    trace_detail: str = "block",
+    trace_rank: int = 0,
 ) -> TrainingResult:
     """Simulate one training step.
 
@@ -84,6 +86,8 @@ def simulate_training(
     ``seq_len`` is 1 and ``global_batch`` counts samples of that shape (tokens_per_s reads samples/s).
     ``exact``: play every micro-batch on the event engine instead of the steady-state path (which plays
     warm-up, a few steady periods and cool-down and extends the rest; within 0.1%, train/steady.py).
+    ``trace_detail``: with ``keep_trace``, "block" (pipeline blocks of every rank) or "op" (also the operators of
+    pipeline rank ``trace_rank`` on its compute, TP, CP, EP, DP and host streams: ``result.trace_ops``).
     Returns a TrainingResult (seconds, bytes, tokens/s).
     """
     model_spec, dag = resolve_model(model, batch_shape)
@@ -104,10 +108,18 @@ def simulate_training(
         from windtunnel.train.variant import job_variant
 
         job = job_variant(job, what_if)
+    if trace_detail not in ("block", "op"):
+        raise ValueError(f"trace_detail is '{trace_detail}'; valid: block, op")
     if dag is not None and not isinstance(dag, DagModel):
-        return simulate(job)  # the LLM rows' bands do not describe imported DAGs (validation/NONLLM_REPORT.md)
-    return annotate(simulate(job), generation=cluster.chip.generation, precision=job.plan.precision,
-                    arch="moe" if model_spec.moe else "dense")
+        result = simulate(job)  # the LLM rows' bands do not describe imported DAGs (validation/NONLLM_REPORT.md)
+    else:
+        result = annotate(simulate(job), generation=cluster.chip.generation, precision=job.plan.precision,
+                          arch="moe" if model_spec.moe else "dense")
+    if keep_trace and trace_detail == "op" and result.trace is not None:
+        from windtunnel.train.op_trace import op_events
+
+        result.trace_ops = op_events(job, result.trace, trace_rank)
+    return result
 
 
 def failure_aware_goodput(

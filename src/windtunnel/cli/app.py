@@ -92,6 +92,10 @@ def train_simulate(
     profile: Path | None = typer.Option(None, help=PROFILE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     trace: Path | None = typer.Option(None, help="Write the simulated step as a Chrome trace (Perfetto)."),
+    trace_detail: str = typer.Option("block", help="block (pipeline blocks of every rank) or op (also each operator "
+                                     "of --trace-rank on its compute, TP, CP, EP, DP and host streams; the first 2 "
+                                     "micro-batches, the rest as blocks)."),
+    trace_rank: int = typer.Option(0, help="Pipeline rank whose operators --trace-detail op draws."),
     what_if: list[str] = typer.Option([], "--what-if", help="Hardware what-if KEY=VALUE (repeatable; VALUE xF or "
                                       "a quantity with its unit): shown beside the base result."),
     exact: bool = typer.Option(False, "--exact", help="Play every micro-batch on the event engine (default: the "
@@ -104,6 +108,12 @@ def train_simulate(
         raise WindtunnelError(f"Option '--plan' was given {len(plans)} times; `train simulate` runs one plan. To see "
                               "several side by side, use `windtunnel compare train --plan A --plan B ...`.", field="plan")
     plan = plans[0] if plans else ""
+    if trace_detail not in ("block", "op"):
+        raise WindtunnelError(f"Field 'trace-detail' is '{trace_detail}'; valid: block, op.", field="trace-detail")
+    if trace is None and (trace_detail != "block" or trace_rank != 0):
+        raise WindtunnelError("--trace-detail and --trace-rank shape the trace: give --trace FILE too.", field="trace")
+    if trace_rank < 0:
+        raise WindtunnelError(f"Field 'trace-rank' is {trace_rank}; a pipeline rank is >= 0.", field="trace-rank")
     from windtunnel.api import simulate_training
     from windtunnel.report.tables import training_table
     from windtunnel.report.trace import trace_json
@@ -112,9 +122,10 @@ def train_simulate(
     result = simulate_training(model, hardware, devices, seq_len=seq_len, global_batch=global_batch, plan=plan,
                                flash_attention=_flag(no_flash), fused_loss=_flag(unfused_loss),
                                moe_imbalance=moe_imbalance, keep_trace=trace is not None, framework=framework,
-                               profile=profile, batch_shape=batch_shape or None, exact=exact)
+                               profile=profile, batch_shape=batch_shape or None, exact=exact,
+                               trace_detail=trace_detail, trace_rank=trace_rank)
     if trace is not None:
-        write_atomic(trace, trace_json(result.trace, title=f"{result.model} {result.plan}"))
+        write_atomic(trace, trace_json(result.trace, title=f"{result.model} {result.plan}", ops=result.trace_ops))
     if what_if:
         from windtunnel.cli.explain import simulate_with_what_if
 

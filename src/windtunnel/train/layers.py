@@ -15,7 +15,7 @@ from windtunnel.cost.collectives import collective_time
 from windtunnel.cost.compute import compute_op_time
 from windtunnel.cost.efficiency import Efficiency
 from windtunnel.engine.attribution import attribute
-from windtunnel.engine.core import Engine
+from windtunnel.engine.core import Engine, Timeline
 from windtunnel.graph.ops import Op, OpGraph, backward_of
 from windtunnel.specs.hardware import Cluster
 from windtunnel.train.placement import Placement
@@ -101,6 +101,8 @@ class Played:
     parts: dict[str, float] = field(default_factory=dict)
     flops: float = 0.0
     model_flops: float = 0.0
+    # The played operator timeline (for per-operator traces, train/op_trace.py); sums and scalings drop it.
+    timeline: Timeline | None = field(default=None, repr=False, compare=False)
 
     def __add__(self, other: Played) -> Played:
         parts = dict(self.parts)
@@ -237,7 +239,7 @@ class LayerCoster:
         hosts = (HOST_STREAM,) + tuple(f"{HOST_STREAM}.{gi}" for gi in range(1, len(graphs)))
         parts = attribute(timeline, primary=("compute",), others=COMM_STREAMS, background=hosts)
         parts.pop("idle", None)
-        return Played(timeline.makespan, parts, flops, model_flops)
+        return Played(timeline.makespan, parts, flops, model_flops, timeline=timeline)
 
 
 def overlap_order(graphs: list[OpGraph]) -> list[tuple[int, int]]:

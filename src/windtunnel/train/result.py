@@ -43,7 +43,9 @@ class TrainingResult(BaseModel):
     band: dict | None = None
     extrapolation: dict | None = None
     trace: Any = Field(default=None, exclude=True)
+    # Per-operator events of one pipeline rank and their summary (train/op_trace.py), with trace_detail='op'.
+    trace_ops: Any = Field(default=None, exclude=True)
 
     def to_json_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict (the trace is not included; see --trace)."""
-        return self.model_dump(exclude={"trace"})
+        return self.model_dump(exclude={"trace", "trace_ops"})
