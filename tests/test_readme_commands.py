@@ -200,9 +200,19 @@ def test_block_runs_as_written(block: Block, tmp_path: Path):
             _run(argv, tmp_path, f"{block.doc.name}:{command.line}", command.expect)
 
 
+def _prose(doc: Path) -> str:
+    """The document without its fenced blocks."""
+    lines, inside = [], False
+    for raw in doc.read_text(encoding="utf-8").splitlines():
+        if re.match(r"^\s*```(?!`)", raw):
+            inside = not inside
+        elif not inside:
+            lines.append(raw)
+    return "\n".join(lines)
+
+
 def _links(doc: Path) -> list[str]:
-    text = re.sub(r"```.*?```", "", doc.read_text(encoding="utf-8"), flags=re.S)
-    return re.findall(r"\]\(([^)\s]+)\)", text)
+    return re.findall(r"\]\(([^)\s]+)\)", _prose(doc))
 
 
 def _slug(heading: str) -> str:
@@ -214,7 +224,7 @@ def _slug(heading: str) -> str:
 def test_links_stay_inside_the_repository_and_exist(doc: Path):
     text = doc.read_text(encoding="utf-8")
     assert "../shared" not in text, f"{doc.name} points outside the repository"
-    anchors = {_slug(h) for h in re.findall(r"^#+\s+(.+?)\s*$", re.sub(r"```.*?```", "", text, flags=re.S), re.M)}
+    anchors = {_slug(h) for h in re.findall(r"^#+\s+(.+?)\s*$", _prose(doc), re.M)}
     for link in _links(doc):
         if link.startswith("#"):
             assert link[1:] in anchors, f"{doc.name}: link '{link}' names no heading"
