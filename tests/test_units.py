@@ -136,3 +136,11 @@ def test_infer_search_warns_on_an_impossible_slo():
     doc = json.loads(invoke(*argv, "--json").stdout)
     assert any("tpot=1 ms is below one decode iteration" in w and "checked on" in w for w in doc["warnings"])
     assert "warning: SLO tpot=1 ms" in invoke(*argv).stdout
+
+
+@pytest.mark.parametrize("verb,extra", [("optimize", ["--replications", "5"]),
+                                        ("target", ["--replications", "3", "--horizon", "3d"])])
+def test_avail_optimize_and_target_warn(verb, extra):
+    argv = ["avail", verb, *AVAIL, "--checkpoint-every", "30s", "--checkpoint-cost", "60s", *extra]
+    assert any("checkpoint cost (60 s)" in w for w in json.loads(invoke(*argv, "--json").stdout)["warnings"])
+    assert "warning: checkpoint cost (60 s)" in invoke(*argv).stdout

@@ -255,6 +255,8 @@ def optimize_cmd(
         from windtunnel.cli.avail_target import print_target
 
         print_target(out["target"], console)
+    elif out.get("warnings"):
+        sys.stdout.write("".join(f"warning: {w}\n" for w in out["warnings"]))
 
 
 @scenario_command("target")

@@ -53,6 +53,7 @@ def print_target(out: dict, console: Console) -> None:
                       f"({c['replications']} x {format_duration(c['horizon_s'])}): availability {c['simulated_availability']:.3%} "
                       f"[{lo:.3%}, {hi:.3%}], ETTR {c['simulated_ettr']:.3%}; meets target: {c['meets_target']}")
     sys.stdout.write("".join(f"- {a}\n" for a in out["assumptions"]))
+    sys.stdout.write("".join(f"warning: {w}\n" for w in out.get("warnings") or []))
 
 
 def print_serve(out: dict, console: Console) -> None:
