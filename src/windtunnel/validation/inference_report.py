@@ -47,22 +47,43 @@ PHYSICS = """**Kernel physics added for MoE (issue 16 item 2), none fitted to ro
   few rows runs a 16-64-row tile, not the training kernels' 128-row tile (`infer/kernels.py`,
   `autotuned_gemm`). Before, a Mixtral expert with 8 tokens was charged 16x its FLOPs, which made A100 Mixtral
   decode 2x too slow.
+- *Split-K.* When a GEMM's output tiles leave the last wave of compute units partly empty, the autotuner may
+  split the reduction over 2, 4 or 7 thread blocks per tile and sum the fp32 partials (TensorRT-LLM's CUTLASS
+  heuristics enumerate split-K factors up to 7; cuBLAS and Stream-K, arXiv 2301.03598, do the same):
+  `infer/kernels.py`, `split_k_gemm`. Before, a decode GEMM of 24 output tiles (Mixtral's QKV projection at
+  128 tokens) was charged one 128x128x4096 tile's time on one SM, 4x its weight read, and the 8-wide router
+  GEMM as much.
 - *Expert kernels per serving system* (`catalog/deployments/serving.yaml`, `systems`). TensorRT-LLM 0.9 is
   the first release with a Mixtral FP8 path (NVIDIA/TensorRT-LLM issue #1229; FP8 for Mixtral listed as new
   in the 0.10 release notes): its MoE plugin runs the experts through the CUTLASS 2.x grouped GEMM written for
   Ampere (mma.sync; the Hopper TMA/warp-specialised MoE GEMM came later), fp8-stored weights widened to 16
-  bits, at ~1/1.5 of the TMA/wgmma rate on Hopper (Luo et al., arXiv 2501.12084). Before, Hopper Mixtral
-  experts ran at the fp8 wgmma rate: up to 2.5x too fast at large batch, 2.3x too fast in TTFT at 2,048
-  tokens.
+  bits (an assumption: the kernel 0.9 ran is not documented). Such kernels issue at about Ampere's per-SM,
+  per-clock tensor rate on Hopper, half of wgmma's: FlashAttention-2, an mma.sync kernel, reaches 50-73% of
+  the A100's peak (Dao 2023) but 31-37% of the H100's (FlashAttention-3 paper, Fig. 5). Rate share 0.5 (was
+  0.67, a TMA-pipeline figure); before that, Hopper Mixtral experts ran at the fp8 wgmma rate: up to 2.5x too
+  fast at large batch, 2.3x too fast in TTFT at 2,048 tokens.
+- *Compute units held by overlapped dispatch.* With two-batch overlap, DeepEP's normal (throughput) kernels,
+  which DeepSeek and SGLang run for prefill, hold the cost core's `overlap_comm_units` of the chip (20 of 132
+  SMs, DeepSeek-V3 report Sec. 3.2.2; the same figure training's overlapped chunks use) while they run, so the
+  layer's compute proceeds on the rest meanwhile: time = max(comm, compute + (1 - 112/132) comm). Its
+  low-latency kernels (decode) overlap through a receive hook that holds no SMs (DeepEP README). With this,
+  DeepSeek's prefill profile (I04) no longer pulls the fitted fp8 GEMM efficiency down to 0.54: it fits 0.60,
+  inside the 60-70% of the fp8 peak published Hopper FP8 GEMMs reach (efficiency.yaml), and dense prefill on
+  Hopper (TTFT, NIM) moves within ~5-12%.
 - *Expert activation memory* is split over expert-TP ranks (A31 fits on 2 A100 as measured).
 - *KV precision of TensorRT-LLM 0.9 Mixtral rows*: the source's checkpoint configs set `kv_cache_quant_algo`
   FP8 for Llama-2 only, so Mixtral's KV stays 16-bit.
+- *The fit itself*: the calibration's Nelder-Mead search runs on parameters scaled to their priors (the host
+  time in milliseconds) and restarts once from its best point; unscaled, a physics change could leave it at a
+  worse point than its start (rms log error 0.149 against 0.050).
 
-What remains off on Mixtral: Hopper rows at large batch are still 30-60% too fast and long-prompt TTFT 29%
-too slow-predicted (the measured rows imply ~340 TFLOP/s per GPU of expert math, below the 0.67 legacy share
-of the bf16 rate); A32 and A46 (A100) are faster than their own HBM bound at 16-bit weights (A32 implies
-2.3 TB/s of weight reads on a 2.04 TB/s part; A30, same source and shape class, is consistent), so the model
-cannot and should not reach them."""
+What remains off on Mixtral: H200 decode-heavy rows (A10 +45%, A12 +22%) are slower relative to H100 than
+H200's 1.43x HBM bandwidth allows (the same shapes on H100 are within ~16-18%, in both directions); H100 at
+batch 32 (A24) is too slow-predicted by 18% while batch 128 (A22) is 16% too fast, i.e. the small-batch expert
+kernel scales with tokens more steeply than a weight-streaming kernel (not modelled: no source for the
+legacy kernel's small-M behaviour); A32 and A46 (A100) are faster than their own HBM bound at 16-bit weights
+(A32 implies 2.3 TB/s of weight reads on a 2.04 TB/s part; A30, same source and shape class, is within 11%),
+so the model cannot and should not reach them."""
 
 CORE = """## The serving iteration model and the shared cost core (issue 16 item 1)
 
@@ -75,7 +96,7 @@ builds its per-layer operator list itself (`infer/iteration.py`) instead of read
 `graph/transformer.py`; the two agree on shapes but MoE permutation, router and norm kernels are written
 twice. Moving it onto the graph would need a forward-only, token-count-parameterised view of the layer ops
 (an accessor in `graph/`, owned by the training lead) memoised per token count to keep the replay at
->= 10,000 requests per wall-second (now ~40,000, `benchmarks/bench_infer.py`); it was not needed for the
+>= 10,000 requests per wall-second (now ~35,000, `benchmarks/bench_infer.py`); it was not needed for the
 MoE fixes above and is left for that accessor."""
 
 
