@@ -14,6 +14,7 @@ from windtunnel.graph.capture import capture
 from windtunnel.graph.dag import DagModel, load_dag
 from windtunnel.graph.resolve import resolve_model
 from windtunnel.profile import Profile, apply_profile
+from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.hardware import Cluster, load_hardware
 from windtunnel.specs.model import ModelSpec, load_model
 from windtunnel.specs.plan import Plan, parse_plan
@@ -47,7 +48,8 @@ def resolve_cluster(hardware: str | Cluster, devices: int | None) -> Cluster:
     if isinstance(hardware, Cluster):
         return hardware if devices is None else hardware.model_copy(update={"devices": devices})
     if devices is None:
-        raise ValueError("devices is required when hardware is given by name")
+        raise WindtunnelError(f"Field 'devices' is required when hardware is given by name ('{hardware}').",
+                              field="devices")
     return load_hardware(hardware, devices)
 
 

@@ -12,13 +12,17 @@ import math
 
 from windtunnel.specs.errors import WindtunnelError
 
+MAX_DURATION_S = 100 * 365.25 * 86400.0  # a century: the longest horizon the models take
 
-def _positive(name: str, value: float, allow_zero: bool = False) -> float:
-    ok = value >= 0 if allow_zero else value > 0
-    if not (isinstance(value, (int, float)) and math.isfinite(value) and ok):
+
+def _positive(name: str, value: float, allow_zero: bool = False, high: float = MAX_DURATION_S) -> float:
+    number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+    ok = math.isfinite(number) and (number >= 0 if allow_zero else number > 0) and number <= high
+    if not ok:
         rule = ">= 0" if allow_zero else "> 0"
-        raise WindtunnelError(f"Field '{name}' must be a finite number {rule}, got {value!r}.", field=name)
-    return float(value)
+        raise WindtunnelError(f"Field '{name}' must be a finite number {rule} and at most {high:g}, got {value!r}.",
+                              field=name)
+    return number
 
 
 def young_interval_s(checkpoint_cost_s: float, mtbf_s: float) -> float:
@@ -56,7 +60,7 @@ def exact_interval_s(checkpoint_cost_s: float, mtbf_s: float) -> float:
 def mttf_s(failures_per_1000_node_days: float, devices: int, devices_per_node: int = 8) -> float:
     """Job mean time to failure (s) of a job of ``devices`` devices (nodes of ``devices_per_node``) when each node
     fails ``failures_per_1000_node_days`` times per 1000 node-days: 1 / (N_nodes x r_f)."""
-    rate = _positive("failures-per-1000-node-days", failures_per_1000_node_days)
+    rate = _positive("failures-per-1000-node-days", failures_per_1000_node_days, high=1e9)
     from windtunnel.specs.bounds import MAX_DEVICES
 
     if not isinstance(devices, int) or isinstance(devices, bool) or not 1 <= devices <= MAX_DEVICES:

@@ -71,8 +71,10 @@ def checkpoint_interval(mtbf_s: float, checkpoint_cost_s: float, restart_s: floa
     """Young's, Daly's and the exact optimum checkpoint interval (s) for failures every ``mtbf_s`` on average,
     a blocking checkpoint of ``checkpoint_cost_s`` and a restart of ``restart_s``; with ``simulate`` also the
     optimum of the step simulation (horizon ``horizon_mtbfs`` MTBFs per replication)."""
+    from windtunnel.avail.formulas import _positive
     from windtunnel.specs.bounds import MAX_REPLICATIONS, check_whole
 
+    _positive("restart", restart_s, allow_zero=True)
     check_whole("replications", replications, 1, MAX_REPLICATIONS)
     check_whole("seed", seed, 0, 2**63 - 1)
     out = {

@@ -27,8 +27,10 @@ from windtunnel.specs.errors import WindtunnelError
 
 
 def _positive(name: str, value: float) -> float:
-    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-        raise WindtunnelError(f"Field '{name}' must be a positive number, got {value!r}.", field=name)
+    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and 0 < value <= 1e12):
+        raise WindtunnelError(f"Field '{name}' must be a positive number of at most 1e12 requests/s, got {value!r}.",
+                              field=name)
     return float(value)
 
 
@@ -49,11 +51,13 @@ def serving_availability(
     """Capacity availability (mean fraction of instances up) and the fraction of time the SLO goodput is at
     least ``target`` x ``load_rps`` (requests/s; default: the full deployment's goodput). Exact (binomial) and,
     with ``replications`` > 0, simulated with 95% confidence intervals over ``horizon_s`` seconds."""
-    if not isinstance(instances, int) or instances < 1:
-        raise WindtunnelError(f"Field 'instances' must be a positive whole number, got {instances!r}.", field="instances")
-    if not isinstance(devices_per_instance, int) or devices_per_instance < 1:
-        raise WindtunnelError(f"Field 'devices-per-instance' must be a positive whole number, got "
-                              f"{devices_per_instance!r}.", field="devices-per-instance")
+    from windtunnel.specs.bounds import MAX_DEVICES, MAX_REPLICAS, check_whole
+
+    check_whole("instances", instances, 1, MAX_REPLICAS)
+    check_whole("devices-per-instance", devices_per_instance, 1, MAX_DEVICES // instances,
+                what=f" ({MAX_DEVICES:,} devices in all)")
+    check_whole("devices-per-node", devices_per_node, 1, MAX_DEVICES)
+    check_whole("replications", replications, 0, 1_000_000)
     from scipy.stats import binom  # heavy import: only when serving is asked for
 
     g = _positive("goodput-per-instance", goodput_per_instance_rps)

@@ -332,7 +332,7 @@ def parse_traffic(spec: str | Path | dict, *, seed: int = 0) -> Workload:
         prompt = cls.input.sample(rng, requests, "input")
         output = cls.output.sample(rng, requests, "output")
         return Workload(np.zeros(requests), prompt, output, np.zeros(requests, dtype=np.int64), ["default"], text,
-                        concurrency=concurrency, think_s=parse_seconds(values.get("think", 0), "think"))
+                        concurrency=concurrency, think_s=parse_seconds(values.get("think", 0), "think", high=86400.0))
     _check_keys(text, values, ("rate", "cv", "input", "output", "duration", "requests"))
     for required in ("rate", "input", "output"):
         if required not in values:
@@ -469,7 +469,7 @@ def _from_mapping(doc: dict, where: str, seed: int, base: Path | None = None) ->
             prompt[mask] = classes[name].input.sample(rng, int(mask.sum()), "input")
             output[mask] = classes[name].output.sample(rng, int(mask.sum()), "output")
         return Workload(np.zeros(requests), prompt, output, klass.astype(np.int64), names, where, concurrency=concurrency,
-                        think_s=parse_seconds(doc.get("think", 0), "think"))
+                        think_s=parse_seconds(doc.get("think", 0), "think", high=86400.0))
     phases = []
     raw_phases = doc.get("phases")
     if raw_phases is None:

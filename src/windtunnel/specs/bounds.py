@@ -19,7 +19,7 @@ MAX_EXACT_MICRO_BATCHES = 10_000  # played whole (--exact, traces): 1e5 took 25 
 MAX_REPLICAS = 100_000  # serving instances of one pool
 MAX_REQUESTS = 10_000_000  # requests one serving simulation plays
 MAX_REPLICATIONS = 1_000_000  # Monte-Carlo replications
-MAX_SIM_EVENTS = 2e9  # expected failure events over all replications (replications x horizon x rate)
+MAX_SIM_EVENTS = 2e8  # expected failures over all replications (replications x horizon x rate): ~2 min on one core
 MAX_CONFIG_BYTES = 64 << 20  # a YAML / JSON / CSV input file (configs are kilobytes; traces a few MB)
 MAX_TRACE_BYTES = 2 << 30  # a profiler trace or an ONNX model
 

@@ -280,7 +280,7 @@ def _checked_counts(config: dict, family: str) -> dict:
         raise WindtunnelError(f"Hugging Face config field 'decoder_sparse_step' is {shown(step)}; it must be a whole "
                               "number.", field="decoder_sparse_step")
     if family in ("deepseek_v2", "deepseek_v3"):
-        missing = [key for key in _HF_MLA if key not in config]
+        missing = [key for key in _HF_MLA if config.get(key) is None]
         if missing:
             raise WindtunnelError(f"Hugging Face config (model_type '{family}', multi-head latent attention) lacks "
                                   f"required field(s) {', '.join(missing)}.", field=missing[0])
@@ -301,7 +301,7 @@ def model_from_hf_config(config: dict, model_id: str = "hf-model") -> ModelSpec:
             field="model_type",
         )
     for key in ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size"):
-        if key not in config:
+        if config.get(key) is None:
             raise WindtunnelError(f"Hugging Face config lacks required field '{key}' for model_type '{family}'.", field=key)
     config = _checked_counts(config, family)
     heads = int(config["num_attention_heads"])
@@ -380,7 +380,7 @@ def model_from_hf_config(config: dict, model_id: str = "hf-model") -> ModelSpec:
                 "ffn_hidden": int(config["moe_intermediate_size"]),
                 "shared_experts": shared,
                 "shared_ffn_hidden": int(config["moe_intermediate_size"]) if shared else None,
-                "dense_layers": int(config.get("first_k_dense_replace", 0)),
+                "dense_layers": int(config.get("first_k_dense_replace") or 0),
             }
         data["mtp_layers"] = int(config.get("num_nextn_predict_layers") or 0)
         data["mla"] = {

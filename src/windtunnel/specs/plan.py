@@ -385,7 +385,7 @@ def _check_batch(plan: Plan, devices: int, seq_len: int, global_batch: int, dp: 
     from windtunnel.specs.bounds import MAX_MICRO_BATCHES
 
     if micro_batches > MAX_MICRO_BATCHES:
-        fail("global_batch", f"Global batch {global_batch} is {micro_batches:,} micro-batches per step (global batch / "
+        fail("global_batch", f"Field 'global_batch' is {global_batch}: {micro_batches:,} micro-batches per step (global batch / "
              f"(mbs*dp) = {global_batch}/({plan.mbs}*{dp})); windtunnel plays at most {MAX_MICRO_BATCHES:,}: raise mbs "
              f"or lower the global batch to at most {MAX_MICRO_BATCHES * plan.mbs * dp:,}.")
     schedule = plan.pipeline_schedule
