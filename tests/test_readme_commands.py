@@ -234,3 +234,28 @@ def test_links_stay_inside_the_repository_and_exist(doc: Path):
         target = (doc.parent / link.split("#", 1)[0]).resolve()
         assert target.is_relative_to(ROOT), f"{doc.name}: link '{link}' leaves the repository"
         assert target.exists(), f"{doc.name}: link '{link}' names no file"
+
+
+def _accuracy_chunks() -> list[tuple[str, set[str]]]:
+    """The README's Accuracy section, one bullet or paragraph at a time, with the reports each one links."""
+    text = _prose(ROOT / "README.md")
+    section = text[text.index("## Accuracy\n"):]
+    section = section[:section.index("\n## ", 5)]
+    chunks = re.split(r"\n\s*\n|\n(?=\* )", section)
+    return [(chunk, set(re.findall(r"\]\((validation/[A-Za-z_]+\.md)\)", chunk))) for chunk in chunks]
+
+
+def test_accuracy_figures_are_the_reports_own():
+    """Every percentage the Accuracy section quotes is written in one of the reports it links (a report
+    regenerated with other figures fails here: update the README's figure from the report)."""
+    checked = 0
+    for chunk, reports in _accuracy_chunks():
+        if not reports:
+            continue
+        written = "".join((ROOT / report).read_text(encoding="utf-8") for report in sorted(reports))
+        for figure in re.findall(r"[+-]?\d+(?:\.\d+)?%", chunk):
+            assert re.search(rf"(?<![\d.]){re.escape(figure)}", written), (
+                f"README's Accuracy section quotes {figure}, which none of {sorted(reports)} contains now: "
+                f"update the README from the regenerated report\n{chunk}")
+            checked += 1
+    assert checked >= 30
