@@ -13,7 +13,7 @@ def test_search_with_faults_ranks_by_goodput(tmp_path):
             "--state", str(tmp_path / "s.json"), "--faults", "catalog:meta-rsc1", "--policy", "elastic-shrink,spares=0"]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
-    doc = json.loads(res.output)
+    doc = json.loads(res.stdout)  # progress lines go to stderr
     plans = doc["plans"]
     assert all({"goodput_tokens_per_s", "rank_with_faults", "rank_fault_free", "ettr"} <= set(p) for p in plans)
     assert sorted(p["rank_with_faults"] for p in plans) == list(range(1, len(plans) + 1))
