@@ -73,3 +73,27 @@ def test_validate_inference_json_stdout_is_clean_and_stderr_has_row_updates():
     document = json.loads(proc.stdout)
     total = len(document["rows"])
     assert f"predict rows: {total}/{total} (100%)" in proc.stderr
+
+
+def test_busy_is_silent_for_quick_work_and_ticks_for_long_work():
+    import time
+
+    quick = io.StringIO()
+    with progress_reporter(stream=quick, tty=False, interval_s=5) as progress, progress.busy("quick"):
+        pass
+    assert quick.getvalue() == ""
+    slow = io.StringIO()
+    with progress_reporter(stream=slow, tty=False, interval_s=0.05) as progress, progress.busy("slow"):
+        time.sleep(0.3)
+    lines = slow.getvalue().splitlines()
+    assert lines[0].startswith("slow: running, ") and lines[-1].startswith("slow: done in ")
+
+
+def test_avail_simulate_json_stays_clean_with_progress_lines():
+    env = _env(WINDTUNNEL_PROGRESS_INTERVAL="0.01")
+    proc = subprocess.run([sys.executable, "-m", "windtunnel.cli", "avail", "simulate", "--devices", "16384",
+                           "--replications", "3000", "--json"], capture_output=True, text=True, timeout=300,
+                          cwd=str(REPO), env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert 0 < json.loads(proc.stdout)["ettr"] < 1
+    assert "avail simulate: 3,000 replications: done in" in proc.stderr

@@ -143,7 +143,10 @@ def simulate_cmd(
     from windtunnel.specs.yamlio import write_atomic
 
     want_tl = timeline is not None or plot is not None or not as_json
-    res = simulate(sc, replications, seed, keep_timeline=want_tl)
+    from windtunnel.cli.progress import progress_reporter
+
+    with progress_reporter() as progress, progress.busy(f"avail simulate: {replications:,} replications"):
+        res = simulate(sc, replications, seed, keep_timeline=want_tl)
     data = res.to_json_dict()
     tl = None
     if want_tl and res.timeline is not None:

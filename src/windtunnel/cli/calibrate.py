@@ -47,8 +47,11 @@ def calibrate_training_cmd(
                         *(f"--{k} {v}" for k, v in (("hardware", hardware), ("framework", framework), ("small", small))
                           if v is not None)])
     inputs = [{"kind": "training_csv", "path": str(path)} for path in csv_paths]
-    profile = fit_profile(rows, chip=hardware, stack=framework, small=small, source=command, inputs=inputs,
-                          loo=not no_loo, base=_existing_base(out))
+    from windtunnel.cli.progress import progress_reporter
+
+    with progress_reporter() as progress, progress.busy(f"calibrate training: fitting {len(rows)} rows"):
+        profile = fit_profile(rows, chip=hardware, stack=framework, small=small, source=command, inputs=inputs,
+                              loo=not no_loo, base=_existing_base(out))
     save_profile(profile, out)
     document = fit_document(profile, out)
     if as_json:
@@ -103,9 +106,11 @@ def validate_with_profiles(csv_path: Path, profiles: list[Path], as_json: bool) 
     """`validate training CSV --profile P...`: every row before and after its chip's profile."""
     from windtunnel.calibrate.report import compare_rows, load_profiles, print_comparison
     from windtunnel.cli.app import _emit_json, console
+    from windtunnel.cli.progress import progress_reporter
     from windtunnel.validation.training import read_rows
 
-    comparison = compare_rows(read_rows(csv_path), load_profiles(profiles))
+    with progress_reporter() as progress, progress.busy("validate training --profile: predicting rows twice"):
+        comparison = compare_rows(read_rows(csv_path), load_profiles(profiles))
     if as_json:
         _emit_json(comparison.as_json())
     else:

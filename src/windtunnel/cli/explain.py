@@ -183,12 +183,14 @@ def train_sensitivity(
     as_json: bool = typer.Option(False, "--json", help="Print the elasticities as JSON."),
 ) -> None:
     """Elasticity of the step time to each resource: d ln(step time) / d ln(resource)."""
+    from windtunnel.cli.progress import progress_reporter
     from windtunnel.insight import training_sensitivity
 
-    document = training_sensitivity(model, hardware, devices, seq_len=seq_len, global_batch=global_batch, plan=plan,
-                                    framework=framework, profile=profile, moe_imbalance=moe_imbalance,
-                                    what_if=what_if or None, delta=parse_percent(delta, "delta"),
-                                    resources=resource or None, search=search)
+    with progress_reporter() as progress, progress.busy("train sensitivity"):
+        document = training_sensitivity(model, hardware, devices, seq_len=seq_len, global_batch=global_batch, plan=plan,
+                                        framework=framework, profile=profile, moe_imbalance=moe_imbalance,
+                                        what_if=what_if or None, delta=parse_percent(delta, "delta"),
+                                        resources=resource or None, search=search)
     if report is not None:
         from windtunnel.report.sensitivity_report import write_sensitivity_html
 

@@ -96,7 +96,10 @@ def train_job(
         pue=parse_pue(pue), idle_fraction=parse_fraction(idle_power, "idle-power") if idle_power is not None else None,
         device_power_w=parse_power(device_power) if device_power is not None else None, framework=framework, profile=profile,
         replications=replications, seed=seed)
-    doc = rehearse_job(inp, phases)
+    from windtunnel.cli.progress import progress_reporter
+
+    with progress_reporter() as progress, progress.busy("train job: rehearsing"):
+        doc = rehearse_job(inp, phases)
     rows = job_timeline(doc)
     if timeline is not None:
         write_atomic(timeline, timeline_csv(rows))

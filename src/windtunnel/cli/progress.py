@@ -91,6 +91,11 @@ class progress_reporter:  # noqa: N801 - a context manager, used like rich's Pro
             self.stream.write(text + "\n")
             self.stream.flush()
 
+    def busy(self, label: str):
+        """A context for work without a count: a spinner on a TTY; otherwise nothing for a quick job, then a line
+        every ``interval_s`` seconds (``label: running, 4.0 s``) and one when it ends."""
+        return _Busy(self, label)
+
     def track(self, items: Iterable[T], phase: str, total: int | None = None) -> Iterator[T]:
         """Iterate ``items`` reporting ``phase: i/total`` as it goes."""
         items = list(items) if total is None else items
@@ -104,3 +109,48 @@ class progress_reporter:  # noqa: N801 - a context manager, used like rich's Pro
         if self.bar is not None:
             self.bar.__exit__(*exc)
             self.bar = None
+
+
+class _Busy:
+    def __init__(self, owner: progress_reporter, label: str) -> None:
+        self.owner, self.label = owner, label
+        self.status = None
+        self.thread = None
+        self.stop = None
+        self.told = False
+
+    def __enter__(self) -> _Busy:
+        import threading
+
+        owner = self.owner
+        if not owner.enabled:
+            return self
+        self.started = time.perf_counter()
+        if owner.tty:
+            from rich.console import Console
+
+            self.status = Console(file=owner.stream).status(self.label)
+            self.status.__enter__()
+            return self
+        self.stop = threading.Event()
+
+        def tick() -> None:
+            interval = max(owner.interval_s, 0.05)
+            while not self.stop.wait(interval):
+                owner.stream.write(f"{self.label}: running, {time.perf_counter() - self.started:.1f} s\n")
+                owner.stream.flush()
+                self.told = True
+
+        self.thread = threading.Thread(target=tick, daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.status is not None:
+            self.status.__exit__(*exc)
+        if self.thread is not None:
+            self.stop.set()
+            self.thread.join()
+            if self.told:
+                self.owner.stream.write(f"{self.label}: done in {time.perf_counter() - self.started:.1f} s\n")
+                self.owner.stream.flush()
