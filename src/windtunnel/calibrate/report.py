@@ -109,13 +109,15 @@ def load_profiles(paths: list[Path]) -> list[tuple[str, Profile]]:
 
 def print_comparison(comparison: Comparison, console, title: str) -> None:
     """The before/after table and the held-out summary line."""
+    from rich import box
     from rich.table import Table
 
     from windtunnel.validation.rows import apct, num, pct
 
-    table = Table(title=title)
+    table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)  # fits 80 columns
     for column in ("id", "devices", "measured", "before", "error before", "after", "error after", "profile"):
-        table.add_column(column)
+        table.add_column(column, no_wrap=column in ("id", "profile"),
+                         justify="left" if column in ("id", "profile") else "right")
     for c in comparison.rows:
         table.add_row(c.after.id, str(c.after.devices or ""), num(c.after.measured), num(c.before.predicted),
                       pct(c.before.error), num(c.after.predicted), pct(c.after.error),
