@@ -208,6 +208,7 @@ def search_cmd(
     report: Path | None = typer.Option(None, help="Write a self-contained HTML report."),
     what_if: list[str] = typer.Option([], "--what-if", help="Search on what-if hardware, KEY=VALUE (repeatable; "
                                       "VALUE xF or a quantity with its unit)."),
+    wide: bool = typer.Option(False, "--wide", help="Full-width table (default: fits 80 columns)."),
 ) -> None:
     """Search deployments within a device budget that serve TRAFFIC at an SLO attainment target (progress on stderr);
     an ONNX / DAG model: tp, pp, batch and replicas, the fewest devices meeting --slo latency=... at the load."""
@@ -246,7 +247,7 @@ def search_cmd(
     if as_json:
         _emit_json(document)
     else:
-        search_table(document, console)
+        search_table(document, console, wide=wide)
         for line in document.get("warnings") or []:
             console.print(f"warning: {line}", style="yellow", markup=False)
         if report is not None:

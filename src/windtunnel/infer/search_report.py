@@ -47,8 +47,10 @@ def _gain_text(gain: dict | None) -> str:
                                               "; the baseline does not meet the target")
 
 
-def search_table(document: dict, console) -> None:
-    """Winners (re-simulated on the full traffic), the best of each kind, the baseline, counts and time."""
+def search_table(document: dict, console, *, wide: bool = False) -> None:
+    """Winners (re-simulated on the full traffic), the best of each kind, the baseline, counts and time. By default
+    the table fits 80 columns (deployment last, folded; headers explained under it); ``wide``: the full table."""
+    from rich import box
     from rich.table import Table
 
     console.print(f"objective: {document['objective_text']}; SLO ttft={document['slo']['ttft_s']} s, "
@@ -56,16 +58,28 @@ def search_table(document: dict, console) -> None:
     if document["deployments"]:
         table = Table(title=f"deployments of {document['model']} on <= {document['devices']} x {document['hardware']}"
                             " (re-simulated on the full traffic)")
-        for column in ("#", "deployment", "dev", "SLO met", "goodput", "served/offered", "TTFT p90 ms", "TPOT p90 ms",
-                       "same result"):
-            table.add_column(column, overflow="fold", justify="left" if column == "deployment" else "right")
+        columns = ["#", "deployment", "dev", "SLO met", "goodput", "served/offered", "TTFT p90 ms", "TPOT p90 ms",
+                   "same result"]
+        if not wide:
+            table.box, table.show_edge, table.pad_edge, table.padding = box.SIMPLE_HEAD, False, False, (0, 0)
+            columns = ["#", "dev", "SLO met", "goodput", "served/offered", "TTFT", "TPOT", "same", "deployment"]
+        for column in columns:
+            table.add_column(column, overflow="fold", no_wrap=not wide and column != "deployment",
+                             justify="left" if column == "deployment" else "right")
         for row in document["deployments"]:
-            table.add_row(str(row["rank"]), row["deployment"], str(row["devices"]), f"{row['attainment']:.1%}",
-                          f"{row['goodput_requests_per_s']:.3f}",
-                          f"{_rate(row['served_rate'])}/{_rate(row['offered_rate'])}"
-                          + (" OVERLOADED" if row["overloaded"] else ""),
-                          _ms(row["ttft_p90_s"]), _ms(row["tpot_p90_s"], 1), str(len(row.get("equivalent", []))))
+            cells = {"#": str(row["rank"]), "deployment": row["deployment"], "dev": str(row["devices"]),
+                     "SLO met": f"{row['attainment']:.1%}", "goodput": f"{row['goodput_requests_per_s']:.3f}",
+                     "served/offered": f"{_rate(row['served_rate'])}/{_rate(row['offered_rate'])}"
+                     + ((" OVERLOADED" if wide else " OVER") if row["overloaded"] else ""),
+                     "TTFT": _ms(row["ttft_p90_s"]), "TPOT": _ms(row["tpot_p90_s"], 1),
+                     "same": str(len(row.get("equivalent", [])))}
+            cells.update({"TTFT p90 ms": cells["TTFT"], "TPOT p90 ms": cells["TPOT"], "same result": cells["same"]})
+            table.add_row(*(cells[c] for c in columns))
         console.print(table)
+        if not wide:
+            console.print("dev: devices; SLO met: requests within the SLO; goodput: req/s within the SLO; "
+                          "served/offered: req/s (OVER: overloaded); TTFT, TPOT: p90 in ms; same: other deployments "
+                          "with the same result (--wide: full headers)", markup=False, highlight=False)
     if not document["feasible"]:
         console.print(f"[bold]{document['reason']}[/]")
     else:
