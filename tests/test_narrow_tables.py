@@ -79,3 +79,22 @@ def test_html_candidate_counts_are_a_table_in_a_scrolling_box():
     page = counts_table({"enumerated": 1200, "pruned": {"out of memory": 100, "too small": 20}, "refined": 4})
     assert page.startswith('<div class="scroll"><table>') and "{" not in page
     assert "<td class=n>120</td>" in page and "1,200" in page
+
+
+def test_infer_search_table_fits_80_columns():
+    proc = _run("infer", "search", "--model", "llama3-8b", "--hardware", "h100-sxm", "--devices", "8", "--traffic",
+                "poisson:rate=8,input=lognormal(800,0.6),output=lognormal(150,0.6),requests=150", "--workers", "1")
+    assert proc.returncode == 0, proc.stderr
+    assert max(len(line) for line in proc.stdout.splitlines()) <= 80 and "…" not in proc.stdout
+    ranks = [line.split()[0] for line in proc.stdout.splitlines() if line.split() and line.split()[0].isdigit()]
+    assert ranks[:3] == ["1", "2", "3"]
+
+
+def test_html_reports_put_wide_tables_in_scrolling_boxes(tmp_path):
+    report = tmp_path / "search.html"
+    proc = _run(*SEARCH, "--top", "3", "--report", str(report), "--state", str(tmp_path / "s.json"))
+    assert proc.returncode == 0, proc.stderr
+    page = report.read_text()
+    assert "overflow-x:auto" in page and '<div class="scroll"><table>' in page
+    counts = page.split("<h2>Candidates</h2>", 1)[1][:4000]
+    assert counts.startswith('<div class="scroll"><table>') and '"enumerated"' not in counts  # a table, not JSON

@@ -73,11 +73,11 @@ def job_html(doc: dict, rows: list[dict]) -> str:
     assumptions = "".join(f"<li>{html.escape(a)}</li>" for a in doc["assumptions"])
     return ("<!doctype html><html><head><meta charset='utf-8'><title>windtunnel train job</title>"
             "<style>body{font-family:sans-serif;margin:2em}td,th{padding:2px 8px;border-bottom:1px solid #ddd}"
-            "</style></head><body>"
+            ".scroll{overflow-x:auto;max-width:100%}</style></head><body>"
             f"<h1>Job rehearsal: {html.escape(doc['model'])} on {doc['devices']} x {html.escape(doc['hardware'])}</h1>"
             "<table>" + "".join(f"<tr><th align=left>{k}</th>{cell(v)}</tr>" for k, v in totals) + "</table>"
             "<h2>Progress</h2>" + progress_svg(rows, doc) +
-            "<h2>Phases</h2><table><tr><th>phase</th><th>seq</th><th>tokens</th><th>plan</th><th>step</th>"
+            "<h2>Phases</h2><div class='scroll'><table><tr><th>phase</th><th>seq</th><th>tokens</th><th>plan</th><th>step</th>"
             "<th>tokens/s</th><th>ETTR</th><th>wall</th><th>checkpoint write</th><th>checkpoint every</th></tr>"
-            + phase_rows + "</table><h2>Time lost by cause</h2><table>" + lost + "</table>"
+            + phase_rows + "</table></div><h2>Time lost by cause</h2><table>" + lost + "</table>"
             "<h2>Assumptions</h2><ul>" + assumptions + "</ul></body></html>\n")
