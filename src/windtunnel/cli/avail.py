@@ -162,7 +162,7 @@ def simulate_cmd(
     _summary_table(f"avail simulate: {sc.devices} devices, {sc.profile_id}, {sc.policy.kind}, "
                    f"{replications} replications", data)
     if tl is not None:
-        sys.stdout.write("useful throughput of replication 0:\n" + timeline_text(tl, width=80, y_min=0.5))
+        sys.stdout.write("useful throughput of replication 0:\n" + timeline_text(tl, width=72, y_min=0.5))
     sys.stdout.write("".join(f"- {a}\n" for a in data["assumptions"]))
 
 
@@ -435,7 +435,7 @@ def goodput_cmd(
 def _goodput_table(rows: list[dict], title: str) -> None:
     table = Table(title=title)
     for col in ("plan", "tokens/s", "rank", "ETTR", "goodput tokens/s", "rank with faults"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")  # a plan wraps whole, never cut to 'tp=1,pp=1,mbs…'
     for r in rows:
         if r["goodput_tokens_per_s"] is None:
             table.add_row(r["plan"], "infeasible", "", "", "", "")

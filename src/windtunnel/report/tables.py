@@ -15,7 +15,7 @@ def training_table(result: TrainingResult, console: Console) -> None:
     """Print a training result: headline numbers, time breakdown, memory breakdown."""
     head = Table(title=f"{result.model} on {result.devices} x {result.chip} ({result.hardware})", show_header=False)
     head.add_column("metric")
-    head.add_column("value", justify="right")
+    head.add_column("value", justify="right", overflow="fold")
     head.add_row("plan", result.plan)
     if not result.feasible:
         head.add_row("[bold red]feasible[/]", f"[red]no: {result.infeasible_reason}[/]")
