@@ -156,5 +156,8 @@ def backward_of(forward: OpGraph, *, comm_swap: dict[str, str] | None = None) ->
             new_index[index] = backward.add(replace(op, name=op.name + ".bwd", bytes_moved=bytes_moved,
                                                     flops=op.flops * 2.0, backward_bytes=None, **base))
         else:
-            new_index[index] = backward.add(replace(op, name=op.name + ".bwd", kind=swap.get(op.kind, op.kind), **base))
+            # A collective's backward moves its forward's bytes unless the op says otherwise (backward_bytes).
+            moved = op.bytes_moved if op.backward_bytes is None else op.backward_bytes
+            new_index[index] = backward.add(replace(op, name=op.name + ".bwd", kind=swap.get(op.kind, op.kind),
+                                                    bytes_moved=moved, backward_bytes=None, **base))
     return backward

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from windtunnel.graph.ops import Op, OpGraph
+from windtunnel.graph.stack_ops import cp_backward_bytes, cp_merge, sequential_experts
 from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.model import ModelSpec
 
@@ -50,6 +51,12 @@ class Sharding:
     # The model copies each KV head to every query head it serves before calling attention (stack
     # kernels.repeat_kv): attention and context parallelism then handle full-head K and V.
     repeat_kv: bool = False
+    # Framework ops around the kernels (graph.stack_ops): the sequential expert loop's costs (None: grouped
+    # GEMM); CP merge bytes (forward, backward) per output element per step, gradient bytes, re-gather.
+    sequential_costs: tuple[float, float, float] | None = None
+    cp_merge: tuple[float, float] = (0.0, 0.0)
+    cp_grad_bytes: float = ACT_BYTES
+    cp_regather: bool = False
 
     @property
     def tokens(self) -> int:
@@ -102,9 +109,9 @@ class _Builder:
                              host_sync=host_sync, backward_bytes=backward_bytes, unvectorized=unvectorized))
 
     def comm(self, name: str, kind: str, group: str, message_bytes: float, deps: tuple[int, ...], fanout: int = 1,
-             host_ops: float = 1.0) -> int:
+             host_ops: float = 1.0, backward_bytes: float | None = None) -> int:
         return self.g.add(Op(name, kind, stream=group, bytes_moved=message_bytes, group=group, deps=deps, fanout=fanout,
-                             host_ops=host_ops))
+                             host_ops=host_ops, backward_bytes=backward_bytes))
 
     # -- TP boundaries -------------------------------------------------------------------------
     def enter_tp(self, name: str, deps: tuple[int, ...]) -> tuple[int, ...]:
@@ -213,11 +220,13 @@ class _Builder:
                 # All-gather CP (torchtitan's default rotate method 'allgather', PyTorch context_parallel;
                 # Llama 3 report Sec. 3.3.2): the whole sequence's keys and values are all-gathered while
                 # the local block's attention runs; the backward reduce-scatters their gradients.
-                ring = (self.comm("cp_kv_allgather", "all_gather", "cp", kv_block * s.cp, deps),)
+                ring = (self.comm("cp_kv_allgather", "all_gather", "cp", kv_block * s.cp, deps,
+                                  backward_bytes=cp_backward_bytes(s, kv_block * s.cp)),)
             else:
                 # Ring attention: keys/values of every other CP rank pass by in cp-1 steps; the engine
                 # overlaps each step's transfer with the attention on the previous block.
-                ring = (self.comm("cp_kv_ring", "send_recv", "cp", kv_block * (s.cp - 1), deps),)
+                ring = (self.comm("cp_kv_ring", "send_recv", "cp", kv_block * (s.cp - 1), deps,
+                                  backward_bytes=cp_backward_bytes(s, kv_block * (s.cp - 1))),)
         if s.flash_attention:
             # Q, K, V and the fp32 log-sum-exp; the output O is saved once, as the out projection's input.
             saved = qkv_bytes + 4.0 * b * heads * q_len
@@ -234,7 +243,7 @@ class _Builder:
                                  bytes_moved=(qkv_bytes + out_bytes) * (s.cp - 1), saved_bytes=saved * (s.cp - 1) / s.cp,
                                  shape=(b * heads, q_len, kv_len, qk_dim, window_keys, window_share), deps=(first, *ring),
                                  precision="bf16", kernel=s.attention_kernel))
-            return (rest,)
+            return cp_merge(self, b * q_len * heads * v_dim, (rest,))
         # Unfused attention (pre-FlashAttention Megatron): batched GEMMs plus softmax and dropout on the
         # full score matrix, whose activations are what selective recomputation avoids storing.
         matrix = b * heads * q_len * kv_len  # the unfused kernels materialise the whole (masked) matrix
@@ -386,6 +395,8 @@ class _Builder:
             expert_input = (self.memory("sort_by_expert", received * m.hidden, expert_input, passes=2.0, host_ops=2.0),)
         down = self.mlp_ops("experts", per_expert, moe.ffn_hidden // s.etp, expert_input, count=local_experts,
                             clamp=moe.activation_clamp is not None, bias=moe.expert_bias)
+        if s.sequential_costs is not None:
+            down = sequential_experts(self, received, local_experts, (down,))
         if s.ep > 1 and local_experts > 1:
             down = self.memory("unsort_by_expert", received * m.hidden, (down,), passes=2.0, host_ops=3.0)
         if s.etp > 1:

@@ -52,6 +52,9 @@ class Plan(BaseModel):
     # MoE token dispatch: deepep (deduplicating, DeepEP/HybridEP), alltoall (one copy per routed expert),
     # allgather (Megatron's allgather dispatcher: every EP rank gathers the group's tokens and keeps its own).
     dispatcher: Literal["alltoall", "deepep", "allgather"] = "deepep"
+    # Local experts as one grouped GEMM (--moe-grouped-gemm) or Megatron-Core's SequentialMLP loop
+    # (sequential); unset: the stack's kernels.expert_gemm.
+    expert_gemm: Literal["grouped", "sequential"] = "grouped"
     # How context parallelism exchanges keys and values (the stack's comm.context_parallel when unset):
     # ring (P2P ring attention; Megatron cp_comm_type p2p, MindSpeed megatron_cp_algo), allgather (KV
     # all-gather; torchtitan, Llama 3) or ulysses (head/sequence all-to-alls; DeepSpeed-Ulysses, Megatron
@@ -113,6 +116,8 @@ class Plan(BaseModel):
         ]
         if self.ep > 1:
             parts.append(f"dispatcher={self.dispatcher}")
+        if self.expert_gemm != "grouped":
+            parts.append(f"expert_gemm={self.expert_gemm}")
         if self.cp > 1 and self.cp_algo != "ring":
             parts.append(f"cp_algo={self.cp_algo}")
         if self.etp > 1:
@@ -256,7 +261,7 @@ def parse_plan(text: str | dict | Plan) -> Plan:
         if key == "zero" and isinstance(value, str) and value.lower() in ("true", "false"):
             value = 1 if value.lower() == "true" else 0
         if key in ("recompute", "schedule", "precision", "dispatcher", "cuda_graphs", "order", "recompute_modules",
-                   "grads", "moments", "offload_modules", "cp_algo") and isinstance(value, str):
+                   "grads", "moments", "offload_modules", "cp_algo", "expert_gemm") and isinstance(value, str):
             value = value.lower()
         data[key] = value
     from windtunnel.specs.validation import build

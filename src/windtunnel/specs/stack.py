@@ -47,6 +47,19 @@ class Kernels(_Frozen):
     # GQA-aware kernel), so attention, its saved inputs and context parallelism's K/V traffic are at
     # the query heads' count.
     repeat_kv: bool = False
+    # How a MoE layer runs its local experts when the plan does not say: 'grouped' (one grouped GEMM
+    # kernel, Megatron's --moe-grouped-gemm) or 'sequential' (Megatron-Core's SequentialMLP: a Python
+    # loop of one MLP per expert over slices of the permuted tokens).
+    expert_gemm: Literal["grouped", "sequential"] = "grouped"
+    # The sequential loop's costs beyond the experts' GEMMs, in passes over the permuted tokens
+    # (16-bit, rows x hidden) and eager ops: forward (zeros for the output, each expert's output
+    # copied into its slice); backward per expert (autograd's CopySlices copies the whole output
+    # gradient for each in-place slice write, each slice's backward writes a zero tensor of the whole
+    # input and the input buffer adds it to the others); host ops per expert (slice, copy, and the
+    # MLP's two linears and activation as separate calls).
+    sequential_forward_passes: float = Field(default=3.0, ge=0)
+    sequential_backward_passes_per_expert: float = Field(default=6.0, ge=0)
+    sequential_host_ops_per_expert: float = Field(default=5.0, ge=0)
 
 
 class Sharding(_Frozen):
@@ -89,6 +102,17 @@ class Comm(_Frozen):
     # Compute units (SMs / AI cores) collective kernels hold while they run beside compute; the
     # overlapped compute runs on the rest. None: the chip's efficiency profile decides.
     comm_units: int | None = None
+    # Context parallelism's merge of the per-step attention outputs, in bytes of HBM traffic per
+    # attention-output element per CP step after the first, forward and backward (PyTorch's
+    # context_parallel merges outputs and log-sum-exps in fp32 and accumulates dQ, dK, dV in fp32;
+    # 0: the merge is fused into the attention kernel, as Megatron/TE and MindSpeed do).
+    cp_merge_bytes: float = Field(default=0.0, ge=0)
+    cp_merge_backward_bytes: float = Field(default=0.0, ge=0)
+    # Bytes per element of the key/value gradients that context parallelism sends back (2: 16-bit,
+    # reduce-scattered; 4: fp32, as PyTorch's ring rotates its fp32 dK/dV accumulators).
+    cp_grad_bytes: float = Field(default=2.0, gt=0)
+    # The backward all-gathers the keys and values again (PyTorch's SDPA backward gets only the local shards).
+    cp_backward_regather: bool = False
 
 
 class Memory(_Frozen):
@@ -232,6 +256,7 @@ _PLAN_DEFAULTS = {
     "tp_overlap": lambda stack: stack.comm.tp_overlap,
     "dispatcher": lambda stack: stack.comm.moe_dispatcher,
     "cp_algo": lambda stack: stack.comm.context_parallel,
+    "expert_gemm": lambda stack: stack.kernels.expert_gemm,
     "reuse_fp32_param": lambda stack: stack.memory.reuse_fp32_param,
     "swap_optimizer": lambda stack: stack.memory.swap_optimizer,
 }

@@ -137,6 +137,12 @@ class _StepBuilder(PipelinePlay):
                                                 "flash" if kernels.attention == "unfused" else kernels.attention),
                               fused_elementwise=kernels.fused_elementwise, linear_host_ops=kernels.linear_host_ops,
                               context_parallel=plan.cp_algo, repeat_kv=kernels.repeat_kv,
+                              sequential_costs=(kernels.sequential_forward_passes,
+                                                kernels.sequential_backward_passes_per_expert,
+                                                kernels.sequential_host_ops_per_expert)
+                              if plan.expert_gemm == "sequential" else None,
+                              cp_merge=(stack.comm.cp_merge_bytes, stack.comm.cp_merge_backward_bytes),
+                              cp_grad_bytes=stack.comm.cp_grad_bytes, cp_regather=stack.comm.cp_backward_regather,
                               moe_imbalance=job.moe_imbalance if plan.ep > 1 or model.moe else 1.0,
                               precision=plan.precision, dedup_dispatch=plan.dispatcher == "deepep",
                               gather_dispatch=plan.dispatcher == "allgather",

@@ -1,0 +1,50 @@
+"""Operators a framework adds around a layer's kernels (stack data, specs.stack): Megatron-Core's
+sequential expert loop and PyTorch context parallelism's fp32 merges. Units: elements, bytes, passes
+(one pass reads or writes every element once in 16 bits)."""
+
+from __future__ import annotations
+
+ACT_BYTES = 2
+
+
+def sequential_experts(builder, rows: int, local_experts: int, deps: tuple[int, ...]) -> int:
+    """Megatron-Core's SequentialMLP (core_v0.6.0 moe/experts.py): the permuted tokens are sliced per
+    local expert, each slice runs its own MLP and is copied into a zero tensor of the output. Beyond the
+    experts' GEMMs (costed per expert), the loop moves ``rows`` x hidden 16-bit elements: forward the
+    stack's sequential_forward_passes; backward, per expert, PyTorch autograd's CopySlices (a copy of
+    the whole output gradient for each in-place slice write, torch/csrc/autograd/functions/tensor.cpp),
+    SliceBackward's zero tensor of the whole input (slice_backward_wrapper in derivatives.yaml) and the
+    input buffer's sum of the experts' gradients (autograd/input_buffer.cpp): the stack's
+    sequential_backward_passes_per_expert. Host: each expert's slice, copy and MLP calls."""
+    s = builder.s
+    elements = rows * builder.model.hidden
+    forward_passes, backward_passes, host_ops = s.sequential_costs
+    return builder.memory("expert_loop", elements, deps, passes=forward_passes,
+                          backward_bytes=backward_passes * local_experts * ACT_BYTES * elements,
+                          host_ops=host_ops * local_experts, backward_host_ops=host_ops * local_experts)
+
+
+def cp_merge(builder, elements: float, deps: tuple[int, ...]) -> tuple[int, ...]:
+    """PyTorch's context_parallel (torch/distributed/tensor/experimental/_attention.py,
+    _templated_ring_attention and its backward): each CP step's SDPA output and log-sum-exp are merged
+    into fp32 accumulators by eager ops, and the backward accumulates dQ, dK, dV in fp32 on every step.
+    ``elements``: this rank's attention-output elements; bytes per element per step from the stack
+    (comm.cp_merge_bytes after the first forward step, comm.cp_merge_backward_bytes on every backward step)."""
+    s = builder.s
+    per_step, per_step_backward = s.cp_merge
+    if s.cp <= 1 or per_step <= 0 and per_step_backward <= 0:
+        return deps
+    return (builder.memory("cp_merge", elements, deps, passes=per_step * (s.cp - 1) / ACT_BYTES,
+                           backward_bytes=per_step_backward * s.cp * elements, flops_per_element=4.0 * (s.cp - 1),
+                           host_ops=6.0 * (s.cp - 1), backward_host_ops=8.0 * s.cp),)
+
+
+def cp_backward_bytes(s, forward_bytes: float) -> float | None:
+    """Bytes of the backward's CP collective when they differ from its forward's: the key/value
+    gradients travel in the stack's comm.cp_grad_bytes per element (fp32 in PyTorch's ring: the dK/dV
+    accumulators rotate), and an implementation whose backward gathers the keys and values again
+    (comm.cp_backward_regather) moves them once more."""
+    if s.cp_grad_bytes == ACT_BYTES and not s.cp_regather:
+        return None
+    scale = s.cp_grad_bytes / ACT_BYTES
+    return forward_bytes * (scale + (1.0 if s.cp_regather else 0.0))

@@ -1,0 +1,79 @@
+"""Framework operators around the kernels (graph.stack_ops): Megatron-Core's sequential expert loop and
+PyTorch context_parallel's fp32 merges and gradient rotation, as stack data."""
+
+from __future__ import annotations
+
+import pytest
+
+from windtunnel.api import simulate_training
+from windtunnel.graph.ops import backward_of
+from windtunnel.graph.transformer import Sharding, layer_forward
+from windtunnel.specs.model import load_model
+from windtunnel.specs.plan import parse_plan
+from windtunnel.specs.stack import load_stack
+
+SEQ = 32768
+
+
+def _op(graph, name):
+    return next(op for op in graph.ops if op.name == name)
+
+
+def test_sequential_experts_add_the_loop_traffic_per_expert():
+    model = load_model("mixtral-8x7b")
+    costs = (3.0, 6.0, 5.0)
+    grouped = layer_forward(model, Sharding(ep=2, seq_len=4096), moe=True)
+    looped = layer_forward(model, Sharding(ep=2, seq_len=4096, sequential_costs=costs), moe=True)
+    assert all(op.name != "expert_loop" for op in grouped.ops)
+    loop = _op(looped, "expert_loop")
+    local = model.moe.experts // 2
+    elements = loop.bytes_moved / (2 * costs[0])  # rows x hidden
+    assert loop.backward_bytes == pytest.approx(costs[1] * local * 2 * elements)
+    assert loop.host_ops == costs[2] * local and loop.saved_bytes == 0.0
+    # the loop sits between the experts and what follows them
+    assert _op(looped, "experts.down_proj").name in [looped.ops[d].name for d in loop.deps]
+    assert _op(backward_of(looped), "expert_loop.bwd").bytes_moved == pytest.approx(loop.backward_bytes)
+
+
+def test_expert_gemm_plan_field_defaults_to_the_stack_and_slows_a_looped_moe():
+    assert parse_plan("ep=2,expert_gemm=Sequential").expert_gemm == "sequential"
+    assert load_stack("mindspeed").kernels.expert_gemm == "grouped"
+    kwargs = dict(model="mixtral-8x7b", hardware="ascend-910b", devices=16, seq_len=4096, global_batch=32,
+                  framework="mindspeed")
+    grouped = simulate_training(plan="tp=8,ep=2,etp=8,mbs=1,sp=true", **kwargs)
+    looped = simulate_training(plan="tp=8,ep=2,etp=8,mbs=1,sp=true,expert_gemm=sequential", **kwargs)
+    assert "expert_gemm=sequential" in looped.plan and "expert_gemm" not in grouped.plan
+    assert looped.step_time_s > grouped.step_time_s
+
+
+def test_pytorch_cp_merges_in_fp32_and_rotates_fp32_gradients():
+    model = load_model("llama3-8b")
+    stack = load_stack("torchtitan").comm
+    cp = 4
+    shard = dict(cp=cp, seq_len=SEQ, context_parallel="allgather")
+    fused = layer_forward(model, Sharding(**shard), moe=False)
+    merged = layer_forward(model, Sharding(**shard, cp_merge=(stack.cp_merge_bytes, stack.cp_merge_backward_bytes),
+                                           cp_grad_bytes=stack.cp_grad_bytes, cp_regather=stack.cp_backward_regather),
+                           moe=False)
+    assert all(op.name != "cp_merge" for op in fused.ops)
+    merge = _op(merged, "cp_merge")
+    out_elements = SEQ // cp * model.heads * model.head_dim
+    assert merge.bytes_moved == pytest.approx(stack.cp_merge_bytes * (cp - 1) * out_elements)
+    assert merge.backward_bytes == pytest.approx(stack.cp_merge_backward_bytes * cp * out_elements)
+    # the backward gathers K/V again and sends fp32 gradients: (1 + 4/2) x the forward's all-gather
+    gather = _op(merged, "cp_kv_allgather")
+    assert _op(backward_of(merged), "cp_kv_allgather.bwd").bytes_moved == pytest.approx(3.0 * gather.bytes_moved)
+    assert _op(backward_of(fused), "cp_kv_allgather.bwd").bytes_moved == pytest.approx(gather.bytes_moved)
+    # no merge without context parallelism
+    single = layer_forward(model, Sharding(seq_len=SEQ, cp_merge=(50.0, 66.0)), moe=False)
+    assert all(op.name != "cp_merge" for op in single.ops)
+
+
+def test_torchtitan_cp_costs_more_than_a_fused_merge():
+    kwargs = dict(model="llama3-8b", hardware="h100-sxm", devices=16, seq_len=SEQ, global_batch=4,
+                  plan="tp=2,cp=8,mbs=1,sp=true,cp_algo=allgather")
+    titan = load_stack("torchtitan")
+    fused = titan.model_copy(update={"id": "titan-fused", "comm": titan.comm.model_copy(update={
+        "cp_merge_bytes": 0.0, "cp_merge_backward_bytes": 0.0, "cp_grad_bytes": 2.0, "cp_backward_regather": False})})
+    assert simulate_training(framework="torchtitan", **kwargs).step_time_s > \
+        simulate_training(framework=fused, **kwargs).step_time_s
