@@ -74,8 +74,8 @@ def print_dag_serving(doc: dict, console: Console) -> None:
     """Human-readable `infer simulate` of a DAG model."""
     memory = doc["memory"]
     shape = ",".join(f"{k}={v}" for k, v in doc["batch_shape"].items()) or "fixed shapes"
-    console.print(f"{doc['model']} on {doc['devices']} x {doc['chip']} ({doc['deployment']}), batch {doc['batch']} "
-                  f"({shape})", markup=False)
+    console.print(f"{doc['model']} on {doc['devices']} x {doc['chip']} ({doc['deployment']})", markup=False)
+    console.print(f"batch {doc['batch']} samples ({shape})", markup=False)
     console.print(f"latency per batch {_ms(doc['latency_per_batch_s'])}, {doc['samples_per_s']:,.0f} samples/s "
                   f"({doc['samples_per_s_per_device']:,.1f} per device)", markup=False)
     console.print(f"memory per device: weights {memory['weight_bytes_per_device'] / 2**30:.2f} GiB + activations "
