@@ -70,7 +70,7 @@ def graph_infer(
     framework: str = typer.Option("megatron", help="Stack whose kernels run the graph (fused elementwise or not)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
-    """Forward-only serving of MODEL: latency of one batch and samples/s (graph/dag_infer.py)."""
+    """Forward-only serving of MODEL: latency of one batch and samples/s (train/dag_forward.py)."""
     from windtunnel.train.dag_forward import simulate_dag_inference
 
     result = simulate_dag_inference(model, hardware, devices, batch=batch, batch_shape=batch_shape or None, plan=plan,

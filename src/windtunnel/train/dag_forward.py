@@ -26,8 +26,11 @@ def simulate_dag_inference(model: str, hardware: str, devices: int, *, batch: in
 
     spec, dag = resolve_model(model, batch_shape)
     if dag is None or not hasattr(dag, "imported"):
-        raise WindtunnelError(f"Model '{model}' is not an ONNX model; forward-only DAG serving needs X.onnx or "
-                              "onnx:NAME (LLM serving: windtunnel infer simulate).", field="model")
+        what = ("a per-rank operator-DAG YAML (one repeated layer, for training)" if dag is not None
+                else "not an ONNX model")
+        raise WindtunnelError(f"Model '{model}' is {what}; forward-only DAG serving needs a whole-model graph: X.onnx, "
+                              "onnx:NAME or windtunnel.capture(module, inputs) (LLM serving: windtunnel infer simulate "
+                              "with a catalog model or config.json).", field="model")
     if batch < 1:
         raise WindtunnelError(f"Field 'batch' must be a positive number of samples, got {batch}.", field="batch")
     given = parse_plan(plan)
