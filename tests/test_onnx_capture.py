@@ -106,3 +106,18 @@ def test_fx_capture_unsupported_operator_names_the_node():
         windtunnel.capture(Spectral(), torch.zeros(4, 8))
     with pytest.raises(WindtunnelError, match="method"):
         windtunnel.capture(Spectral(), torch.zeros(4, 8), method="jit")
+
+
+def test_fx_capture_shards_like_the_onnx_import_and_explains_shape_errors():
+    torch = pytest.importorskip("torch")
+    from windtunnel.graph.dag_parallel import build_forward
+
+    mlp = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256))
+    graphs = [windtunnel.capture(mlp, torch.zeros(64, 256), method=m).imported(1) for m in ("fx", "onnx")]
+    for imported in graphs:
+        one, two = build_forward(imported, 1)[0], build_forward(imported, 2)[0]
+        assert two.total("flops", kinds=("gemm",)) == pytest.approx(one.total("flops", kinds=("gemm",)) / 2)
+    comms = [[(op.kind, op.bytes_moved) for op in build_forward(g, 2)[0].ops if op.is_comm] for g in graphs]
+    assert comms[0] == comms[1] == [("all_reduce", 2.0 * 64 * 256)]
+    with pytest.raises(WindtunnelError, match="Shape propagation of Linear failed.*reduction dim"):
+        windtunnel.capture(torch.nn.Linear(4, 8), torch.zeros(2, 5))

@@ -19,6 +19,9 @@ inputs are one sample and a micro-batch of ``mbs`` costs ``mbs`` times it. Units
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -194,11 +197,20 @@ class FxGraphModel(GraphModel):
             shape = [bindings.get(axes.get(i), d) if i in axes else d for i, d in enumerate(tensor.shape)]
             with mode:
                 args.append(torch.zeros(shape, dtype=tensor.dtype))
+        quiet = logging.getLogger("torch._subclasses.fake_tensor")
+        level = quiet.level
+        quiet.setLevel(logging.CRITICAL)  # it logs the failing meta kernel's traceback; the error below says it
         try:
-            ShapeProp(self.traced, fake_mode=mode).propagate(*args)
+            with contextlib.redirect_stderr(io.StringIO()):  # ShapeProp prints the traceback before it raises
+                ShapeProp(self.traced, fake_mode=mode).propagate(*args)
         except Exception as exc:
-            raise WindtunnelError(f"Shape propagation of {self.name} failed on the example inputs "
-                                  f"({str(exc).splitlines()[0][:200]}).", field="example_inputs") from None
+            cause = exc.__cause__ or exc
+            node = str(exc).split(" with meta=")[0] if exc is not cause else ""
+            raise WindtunnelError(f"Shape propagation of {self.name} failed on the example inputs: "
+                                  f"{type(cause).__name__}: {str(cause).splitlines()[0][:200] if str(cause) else ''}"
+                                  f"{f' ({node[:200]})' if node else ''}.", field="example_inputs") from None
+        finally:
+            quiet.setLevel(level)
 
     def _import(self, micro_batch: int) -> ImportedGraph:
         import torch
