@@ -20,8 +20,10 @@ tokens plus one token per decoding sequence. Its time is the sum of
 
 Data-parallel attention groups share decode sequences and context evenly; a prefill chunk runs on one
 group, so the busiest group holds at least the largest chunk (and at least 1/dp of the tokens). With
-two-batch overlap (``tbo``) a layer's communication hides behind its compute (time = max of the two),
-as in DeepSeek's and SGLang's deployments. Times in seconds.
+two-batch overlap (``tbo``) a layer's communication hides behind its compute, as in DeepSeek's and SGLang's
+deployments: time = max(comm, compute + (1 - r) comm), where r is the share of compute units the dispatch
+kernels leave free (DeepEP normal kernels in prefill hold some; its low-latency decode kernels none, but they
+send every top-k copy over RDMA). Times in seconds.
 """
 
 from __future__ import annotations

@@ -2,9 +2,10 @@
 
 Serving engines profile their GEMM plugins per token count and pick the tile shape that runs fastest
 (TensorRT-LLM's plugin profiler, CUTLASS's and vLLM's heuristics pick 16-64-row tiles for decode-sized
-token counts), so a decode GEMM of a few rows is not padded to the training kernels' 128-row tiles.
-:func:`autotuned_gemm` evaluates ``windtunnel.cost.compute.gemm_time`` for each candidate tile height
-and keeps the fastest.
+token counts), so a decode GEMM of a few rows is not padded to the training kernels' 128-row tiles, and
+split the reduction over several thread blocks when the output tiles leave the waves partly empty
+(split-K). :func:`autotuned_gemm` evaluates ``windtunnel.cost.compute.gemm_time`` for each candidate tile
+height and split (:func:`split_k_gemm`) and keeps the fastest.
 
 Some serving systems run their MoE experts through an older kernel class than their dense layers
 (catalog/deployments/serving.yaml ``systems``): :class:`ExpertKernel` says in which precision the
