@@ -77,3 +77,22 @@ def test_torchtitan_cp_costs_more_than_a_fused_merge():
         "cp_merge_bytes": 0.0, "cp_merge_backward_bytes": 0.0, "cp_grad_bytes": 2.0, "cp_backward_regather": False})})
     assert simulate_training(framework="torchtitan", **kwargs).step_time_s > \
         simulate_training(framework=fused, **kwargs).step_time_s
+
+
+def test_allgather_index_ops_replace_the_fused_permutation():
+    model = load_model("mixtral-8x7b")
+    passes = load_stack("mindspeed").comm.allgather_index_passes
+    assert passes is not None and load_stack("megatron").comm.allgather_index_passes is None
+    shard = dict(tp=4, sp=True, ep=2, etp=4, seq_len=4096, gather_dispatch=True)
+    fused = layer_forward(model, Sharding(**shard), moe=True)
+    indexed = layer_forward(model, Sharding(**shard, gather_index_passes=passes), moe=True)
+    names = {op.name for op in indexed.ops}
+    assert "allgather_index_ops" in names and not names & {"sort_by_expert", "unsort_by_expert", "unpermute"}
+    assert {"sort_by_expert", "unpermute"} <= {op.name for op in fused.ops}
+    op = _op(indexed, "allgather_index_ops")
+    tokens = 4096 // 4  # SP tokens of this rank
+    gathered_rows = tokens * 2 * 4  # the TP x EP group's tokens
+    assert op.backward_bytes > 0 and op.bytes_moved > passes[1] * gathered_rows * model.hidden * 2
+    # the allgather dispatcher gathers the group's unrouted tokens over expert TP, not the routed copies
+    assert _op(indexed, "expert_tp_gather").bytes_moved == 2 * gathered_rows * model.hidden
+    assert _op(indexed, "expert_tp_scatter").bytes_moved == 2 * gathered_rows * model.hidden

@@ -27,6 +27,7 @@ PLAN_KEYS = {
     "schedule": "pipeline schedule (default: interleaved when vpp > 1, else 1f1b)",
     "precision": "compute precision of the GEMMs",
     "dispatcher": "MoE token dispatcher (deepep deduplicates tokens, alltoall, allgather)",
+    "expert_gemm": "local experts as one grouped GEMM or Megatron-Core's SequentialMLP loop (sequential)",
     "cp_algo": "how context parallelism exchanges keys and values",
     "cuda_graphs": "kernels captured in CUDA graphs: none (eager), modules, full (whole step)",
     "grads": "main-gradient dtype (also the DP reduction's)",

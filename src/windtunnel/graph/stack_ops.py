@@ -24,6 +24,22 @@ def sequential_experts(builder, rows: int, local_experts: int, deps: tuple[int, 
                           host_ops=host_ops * local_experts, backward_host_ops=host_ops * local_experts)
 
 
+def allgather_index_ops(builder, rows: int, gathered: int, deps: tuple[int, ...]) -> int:
+    """The allgather dispatcher's row selection by index (MindSpeed's allgather_token_permutation and
+    allgather_token_unpermutation, mindspeed/core/transformer/moe/token_dispatcher.py): this rank's ``rows``
+    (routed to its experts) are picked out of the ``gathered`` tokens and sorted by expert with two
+    indexing gathers, scattered back with index_put into a zero tensor, scaled by their probabilities,
+    cast to fp32 and scatter-added (index_put accumulate) into an fp32 zero tensor of all gathered
+    tokens, cast back to 16 bits for the reduce-scatter. The stack's comm.allgather_index_passes gives
+    the passes (16-bit, rows x hidden) over routed and gathered rows, forward and backward."""
+    hidden = builder.model.hidden
+    forward_rows, forward_gathered, backward_rows, backward_gathered = builder.s.gather_index_passes
+    forward = forward_rows * rows + forward_gathered * gathered
+    backward = backward_rows * rows + backward_gathered * gathered
+    return builder.memory("allgather_index_ops", forward * hidden, deps, passes=1.0,
+                          backward_bytes=ACT_BYTES * backward * hidden, host_ops=10.0, backward_host_ops=6.0)
+
+
 def cp_merge(builder, elements: float, deps: tuple[int, ...]) -> tuple[int, ...]:
     """PyTorch's context_parallel (torch/distributed/tensor/experimental/_attention.py,
     _templated_ring_attention and its backward): each CP step's SDPA output and log-sum-exp are merged

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from windtunnel.graph.ops import Op, OpGraph
-from windtunnel.graph.stack_ops import cp_backward_bytes, cp_merge, sequential_experts
+from windtunnel.graph.stack_ops import allgather_index_ops, cp_backward_bytes, cp_merge, sequential_experts
 from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.model import ModelSpec
 
@@ -57,6 +57,7 @@ class Sharding:
     cp_merge: tuple[float, float] = (0.0, 0.0)
     cp_grad_bytes: float = ACT_BYTES
     cp_regather: bool = False
+    gather_index_passes: tuple[float, float, float, float] | None = None  # stack comm.allgather_index_passes
 
     @property
     def tokens(self) -> int:
@@ -350,15 +351,11 @@ class _Builder:
         moe = m.moe
         x = self.norm("moe_norm", x)
         tokens = s.sp_tokens  # Megatron's all-to-all dispatcher routes the SP-sharded tokens
-        # Host ops of the routing path, counted in Megatron-Core 0.14/0.15 (dropless, all-to-all
-        # dispatcher, fused router and permutation, TP 1): router 4 (gating GEMM, the benchmark's
-        # forced balancing 2, fused top-k); preprocessing 11 (per-expert counts, their all-gather,
-        # four copies to the host) plus the fused permutation 4; the token and probability
-        # all-to-alls 2; sorting chunks by expert 2; back 3; combine 1; unpermute 1: 28 besides the
-        # experts (DeepEP's flex path is ~25). The permutation copies every routed token.
-        # Dropless routing sizes the all-to-all and the per-expert GEMMs with token counts the host
-        # reads back from the device (Megatron copies tokens_per_expert and the all-to-all splits to
-        # the CPU): having issued the permutation, the host waits for the router's counts.
+        # Host ops of the routing path in Megatron-Core 0.14/0.15 (dropless, all-to-all, fused router and
+        # permutation, TP 1): router 4 (gating GEMM, forced balancing 2, fused top-k); preprocessing 11 (counts,
+        # their all-gather, four copies to the host) + fused permutation 4; token and probability all-to-alls 2;
+        # chunk sorts 2 + 3; combine 1; unpermute 1: 28 besides the experts (DeepEP's flex path ~25). Dropless
+        # routing sizes the all-to-all and GEMMs with counts read back to the host: it waits for the router.
         router = self.gemm("router", tokens, moe.experts, m.hidden, x, host_ops=4.0, backward_host_ops=3.0)
         permute = self.memory("permute", tokens * moe.topk * m.hidden, (router,), passes=2.0, saved=0.0,
                               host_ops=15.0, backward_host_ops=1.0, host_sync=True)
@@ -383,13 +380,14 @@ class _Builder:
         expert_input = (dispatch,)
         if s.etp > 1:
             # Expert tensor parallelism (Megatron-Core expert_tensor_parallel_size, default tp): each expert's
-            # FFN is split over the TP group, whose ranks hold different tokens, so the dispatched tokens are
-            # all-gathered over it, every rank computes its 1/etp of each expert's width for all of them, and
-            # the outputs are reduce-scattered back (token_dispatcher: gather/reduce-scatter over expert TP).
-            gathered = ACT_BYTES * received * m.hidden * s.etp
+            # FFN is split over the TP group, so the dispatched tokens (allgather dispatcher: all the TP x EP
+            # group's tokens) are all-gathered over it, each rank computes 1/etp of every expert's width, and
+            # the outputs are reduce-scattered back.
+            gathered = ACT_BYTES * (tokens * s.ep if s.gather_dispatch else received) * m.hidden * s.etp
             expert_input = (self.comm("expert_tp_gather", "all_gather", "tp", gathered, expert_input),)
             per_expert, received = per_expert * s.etp, received * s.etp
-        if s.ep > 1 and local_experts > 1:
+        indexed = s.gather_dispatch and s.gather_index_passes is not None
+        if s.ep > 1 and local_experts > 1 and not indexed:
             # Tokens arrive grouped by source rank; they are regrouped by local expert before the
             # grouped GEMM, and back before the combine (Megatron's sort_chunks_by_idxs).
             expert_input = (self.memory("sort_by_expert", received * m.hidden, expert_input, passes=2.0, host_ops=2.0),)
@@ -397,19 +395,21 @@ class _Builder:
                             clamp=moe.activation_clamp is not None, bias=moe.expert_bias)
         if s.sequential_costs is not None:
             down = sequential_experts(self, received, local_experts, (down,))
-        if s.ep > 1 and local_experts > 1:
+        if indexed:
+            down = allgather_index_ops(self, received, tokens * s.ep * s.etp, (down,))
+        elif s.ep > 1 and local_experts > 1:
             down = self.memory("unsort_by_expert", received * m.hidden, (down,), passes=2.0, host_ops=3.0)
         if s.etp > 1:
-            down = self.comm("expert_tp_scatter", "reduce_scatter", "tp", ACT_BYTES * received * m.hidden, (down,))
+            scattered = tokens * s.ep * s.etp if s.gather_dispatch else received
+            down = self.comm("expert_tp_scatter", "reduce_scatter", "tp", ACT_BYTES * scattered * m.hidden, (down,))
         if s.gather_dispatch and s.ep > 1:
             combine = self.comm("combine", "reduce_scatter", "ep", ACT_BYTES * tokens * m.hidden * s.ep, (down,))
         else:
             combine = (self.comm("combine", "all_to_all", "ep", ACT_BYTES * routed_tokens * m.hidden, (down,), fanout)
                        if s.ep > 1 else down)
-        # The routing probabilities are applied inside the expert activation (Megatron-Core's fused
-        # weighted SwiGLU takes the permuted probabilities), whose saved input already gives their
-        # gradient; the unpermutation only scatters and sums, so it keeps nothing for the backward.
-        unpermute = self.memory("unpermute", tokens * moe.topk * m.hidden, (combine,), passes=2.0)
+        # The routing probabilities are applied inside the expert activation (Megatron-Core's fused weighted
+        # SwiGLU), whose saved input gives their gradient; the unpermutation only scatters and sums.
+        unpermute = combine if indexed else self.memory("unpermute", tokens * moe.topk * m.hidden, (combine,), passes=2.0)
         ends = [unpermute]
         if moe.shared_experts:
             width = moe.shared_ffn_hidden or moe.ffn_hidden

@@ -99,6 +99,11 @@ class Comm(_Frozen):
     # MoE token dispatch: all-to-all, all-gather (every EP rank gets every token) or a deduplicating
     # dispatcher (DeepEP / HybridEP style).
     moe_dispatcher: Literal["alltoall", "allgather", "deepep"] = "deepep"
+    # The allgather dispatcher's row selection by index, when it runs as separate eager ops: passes
+    # (16-bit, rows x hidden) over the rows routed to this rank and over all gathered tokens, forward
+    # and backward: [forward routed, forward gathered, backward routed, backward gathered]. None: the
+    # fused permutation (two passes over the routed rows each way).
+    allgather_index_passes: tuple[float, float, float, float] | None = None
     # Compute units (SMs / AI cores) collective kernels hold while they run beside compute; the
     # overlapped compute runs on the rest. None: the chip's efficiency profile decides.
     comm_units: int | None = None
