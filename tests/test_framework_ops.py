@@ -96,3 +96,19 @@ def test_allgather_index_ops_replace_the_fused_permutation():
     # the allgather dispatcher gathers the group's unrouted tokens over expert TP, not the routed copies
     assert _op(indexed, "expert_tp_gather").bytes_moved == 2 * gathered_rows * model.hidden
     assert _op(indexed, "expert_tp_scatter").bytes_moved == 2 * gathered_rows * model.hidden
+
+
+def test_moe_recompute_module_reruns_the_moe_layer_and_keeps_its_input():
+    from windtunnel.train.layers import module_ops, recompute_graph, saved_activation_bytes
+
+    model = load_model("mixtral-8x7b")
+    graph = layer_forward(model, Sharding(tp=2, sp=True, ep=2, seq_len=4096), moe=True)
+    names = [op.name for op in graph.ops]
+    moe = module_ops(graph, "moe")
+    assert moe == set(range(names.index("moe_norm") + 1, names.index("moe_residual")))
+    rerun = {op.name for op in recompute_graph(graph, "selective[moe]").ops}
+    assert {"router", "experts.up_proj", "experts.down_proj"} <= rerun and "core_attention" not in rerun
+    assert saved_activation_bytes(graph, "selective[moe]") < saved_activation_bytes(graph, "none")
+    assert parse_plan("ep=2,recompute=selective,recompute_modules=moe").recompute_modules == "moe"
+    dense = layer_forward(model, Sharding(seq_len=4096), moe=False)
+    assert module_ops(dense, "moe") == set()

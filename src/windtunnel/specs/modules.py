@@ -2,8 +2,9 @@
 ``recompute_modules`` and ``offload_modules``); data the plan validator and the memory model share."""
 
 # Megatron-Core's selective recomputation modules (--recompute-modules): core attention, MLA's up
-# projections, the norms, the MoE activation and the whole MLP.
-RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "moe_act", "mlp")
+# projections, the norms, the MoE activation, the whole (dense) MLP and the whole MoE layer (router,
+# dispatch, experts, combine; MindSpeed's --swap-attention with --recompute-num-layers recomputes it too).
+RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "moe_act", "mlp", "moe")
 
 # Megatron-Core's fine-grained activation offloading (--fine-grained-activation-offloading
 # --offload-modules; docs/source/api-guide/fine_grained_activation_offloading.md, PR #1913): each named

@@ -30,7 +30,7 @@ MLA_SELECTIVE_OPS = ("q_up_proj", "kv_up_proj", "rope")
 # others re-run a module and drop its output as well (Megatron's "output-discarding" recompute,
 # used for the cheap memory-bound and up-projection modules): the operators that consume it no
 # longer keep their input.
-_REGION_MODULES = ("core_attn", "mlp")
+_REGION_MODULES = ("core_attn", "mlp", "moe")
 
 
 def _is_mla(forward: OpGraph) -> bool:
@@ -51,7 +51,15 @@ def module_ops(forward: OpGraph, module: str) -> set[int]:
             return op.name in ("experts.act", "experts.act_clamp")
         if module == "mlp":
             return op.name.startswith("mlp.")
+        if module == "moe":
+            return False  # an index range, below
         raise ValueError(f"unknown recompute module '{module}'")
+    if module == "moe":
+        # The MoE layer: every operator after its norm and before the residual add.
+        names = [op.name for op in forward.ops]
+        if "moe_norm" not in names or "moe_residual" not in names:
+            return set()
+        return set(range(names.index("moe_norm") + 1, names.index("moe_residual")))
     return {i for i, op in enumerate(forward.ops) if wanted(op)}
 
 
