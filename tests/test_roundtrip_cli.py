@@ -85,7 +85,7 @@ def test_every_printed_deployment_simulates(model, hardware, devices, traffic, e
     search = ["infer", "search", *job, "--devices", str(devices), "--requests", "200", "--top", "5", *extra]
     baseline = "mixed:tp=2"
     doc = json.loads(_cli(*search, "--json", "--baseline", baseline).stdout)
-    text = _cli(*search).stdout
+    text = _cli(*search, "--wide").stdout  # the full table (the default one fits 80 columns)
     slo = extra[extra.index("--slo") + 1] if "--slo" in extra else "ttft=2s,tpot=100ms"
     attained = {row["deployment"]: row["attainment"] for row in doc["deployments"]}
     printed = set(attained)
