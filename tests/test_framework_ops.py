@@ -112,3 +112,10 @@ def test_moe_recompute_module_reruns_the_moe_layer_and_keeps_its_input():
     assert parse_plan("ep=2,recompute=selective,recompute_modules=moe").recompute_modules == "moe"
     dense = layer_forward(model, Sharding(seq_len=4096), moe=False)
     assert module_ops(dense, "moe") == set()
+
+
+def test_stacks_without_a_fused_cp_merge_say_so():
+    # MindSpeed's ring merge runs eagerly unless --use-fused-ring-attention-update; Megatron/TE fuses it.
+    assert load_stack("mindspeed").comm.cp_merge_bytes > 0 and load_stack("mindspeed").comm.cp_backward_regather
+    assert load_stack("torchtitan").comm.cp_grad_bytes == 4.0
+    assert load_stack("megatron").comm.cp_merge_bytes == 0.0 and load_stack("megatron").comm.cp_grad_bytes == 2.0
