@@ -473,8 +473,10 @@ def report_cmd(
     """Run every Done-when check of Sim2Availability and write the report (validation/AVAILABILITY.md)."""
     from windtunnel.api import failure_aware_goodput
     from windtunnel.avail.report import build_report
+    from windtunnel.cli.progress import progress_reporter
     from windtunnel.specs.yamlio import write_atomic
 
-    text = build_report(failure_aware_goodput, quick=quick)
+    with progress_reporter() as progress, progress.busy("avail report"):
+        text = build_report(failure_aware_goodput, quick=quick)
     write_atomic(out, text)
     console.print(f"report written to {out}")

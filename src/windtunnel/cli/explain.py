@@ -151,11 +151,13 @@ def train_explain(
     as_json: bool = typer.Option(False, "--json", help="Print the verdict and remedies as JSON."),
 ) -> None:
     """Name what holds the step (and whether it fits), and propose remedies, each one simulated."""
+    from windtunnel.cli.progress import progress_reporter
     from windtunnel.insight import explain_training
 
-    document = explain_training(model, hardware, devices, seq_len=seq_len, global_batch=global_batch, plan=plan,
-                                framework=framework, profile=profile, moe_imbalance=moe_imbalance,
-                                what_if=what_if or None, top=top)
+    with progress_reporter() as progress, progress.busy("train explain"):
+        document = explain_training(model, hardware, devices, seq_len=seq_len, global_batch=global_batch, plan=plan,
+                                    framework=framework, profile=profile, moe_imbalance=moe_imbalance,
+                                    what_if=what_if or None, top=top)
     if as_json:
         _emit_json(document)
         return
@@ -245,9 +247,12 @@ def compare_train(
     from windtunnel.insight import compare_training
 
     sets = ["" if w.strip().lower() == "base" else w for w in what_if]
-    comparison = compare_training(model, hardware, devices, seq_len=seq_len, global_batch=global_batch,
-                                  plans=plan or None, frameworks=framework or None, what_ifs=sets or None,
-                                  profile=profile, moe_imbalance=moe_imbalance)
+    from windtunnel.cli.progress import progress_reporter
+
+    with progress_reporter() as progress, progress.busy("compare train"):
+        comparison = compare_training(model, hardware, devices, seq_len=seq_len, global_batch=global_batch,
+                                      plans=plan or None, frameworks=framework or None, what_ifs=sets or None,
+                                      profile=profile, moe_imbalance=moe_imbalance)
     if report is not None:
         comparison.write_html(report)
     if as_json:

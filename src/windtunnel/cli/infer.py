@@ -149,7 +149,10 @@ def simulate_cmd(
         return
     infer_dag.refuse_dag_options(batch, batch_shape)
     deployment, traffic, slo = _llm_required(deployment, traffic, slo)
-    result = simulate_serving(model, hardware, deployment, traffic, slo=slo, seed=seed, router=router, profile=profile)
+    from windtunnel.cli.progress import progress_reporter
+
+    with progress_reporter() as progress, progress.busy("infer simulate"):
+        result = simulate_serving(model, hardware, deployment, traffic, slo=slo, seed=seed, router=router, profile=profile)
     if what_if:
         from windtunnel.infer.explain import serving_variant
 
@@ -267,10 +270,12 @@ def dynamic_cmd(
     as_json: bool = AS_JSON,
 ) -> None:
     """Compare a static prefill/decode deployment with a policy that moves instances between the roles."""
+    from windtunnel.cli.progress import progress_reporter
     from windtunnel.infer.dynamic import compare_dynamic, dynamic_table
 
-    document = compare_dynamic(model, hardware, deployment, traffic, slo=slo, seed=seed, switch_cost=switch_cost,
-                               interval=interval)
+    with progress_reporter() as progress, progress.busy("infer dynamic"):
+        document = compare_dynamic(model, hardware, deployment, traffic, slo=slo, seed=seed, switch_cost=switch_cost,
+                                   interval=interval)
     if as_json:
         _emit_json(document)
     else:
@@ -291,10 +296,12 @@ def autoscale_cmd(
     as_json: bool = AS_JSON,
 ) -> None:
     """Compare every static replica count with an autoscaler that starts and stops replicas as the load moves."""
+    from windtunnel.cli.progress import progress_reporter
     from windtunnel.infer.autoscale import autoscale_table, compare_autoscale
 
-    document = compare_autoscale(model, hardware, deployment, traffic, slo=slo, seed=seed, startup=startup,
-                                 interval=interval, target=target)
+    with progress_reporter() as progress, progress.busy("infer autoscale"):
+        document = compare_autoscale(model, hardware, deployment, traffic, slo=slo, seed=seed, startup=startup,
+                                     interval=interval, target=target)
     if as_json:
         _emit_json(document)
     else:
