@@ -359,7 +359,11 @@ def _run_chunk(job: tuple) -> list[tuple[dict[str, np.ndarray], dict | None]]:
 def _keep_freed_memory() -> None:
     """Pool-worker initializer: ask glibc to keep freed large blocks in the heap. By default it hands
     every array above a few MB back to the kernel when freed, so each chunk faults its ~100 MB of pages
-    in again (a third of the wall time in a large run). Without glibc (macOS, musl) this does nothing."""
+    in again (a third of the wall time in a large run). Without glibc (macOS, musl) this does nothing.
+    Interrupts are the parent's (search.backends.quiet_worker)."""
+    from windtunnel.search.backends import quiet_worker
+
+    quiet_worker()
     try:
         import ctypes
 

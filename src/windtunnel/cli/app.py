@@ -419,9 +419,15 @@ def catalog_list(as_json: bool = typer.Option(False, "--json", help="Print as JS
 def main(argv: list[str] | None = None) -> None:
     """Entry point: user errors (ours and the option parser's) become one `error:` paragraph and exit code 2, never
     a traceback. ``argv`` (default: sys.argv[1:]) lets tests run the command in-process."""
+    import signal
+
     from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError  # typer vendors click
     from typer.exceptions import Abort
 
+    def terminated(signum, frame):  # SIGTERM as Ctrl-C: searches stop their workers and print the resume hint
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, terminated)
     try:
         code = app(args=argv, prog_name="windtunnel", standalone_mode=False)
     except WindtunnelError as exc:
@@ -442,6 +448,8 @@ def main(argv: list[str] | None = None) -> None:
     except Abort:
         sys.stderr.write("aborted\n")
         sys.exit(1)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     sys.exit(code if isinstance(code, int) else 0)
 
 

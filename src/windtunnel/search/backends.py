@@ -14,6 +14,23 @@ from typing import Any
 from windtunnel.specs.errors import WindtunnelError
 
 
+def quiet_worker() -> None:
+    """Pool-worker initializer: the parent alone handles Ctrl-C (a worker ignores SIGINT, so the terminal's
+    interrupt does not print one traceback per worker), SIGTERM ends a worker silently, and a worker dies with its
+    parent (Linux) instead of finishing its chunk and writing into a closed pipe (BrokenPipeError tracebacks)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+
 class LocalBackend:
     """A pool of local processes (all cores by default); runs inline when there is one worker."""
 
@@ -27,9 +44,20 @@ class LocalBackend:
         if self.workers == 1 or len(items) < 2:
             return [function(item) for item in items]
         if self._pool is None:
-            self._pool = multiprocessing.get_context("fork").Pool(self.workers)
+            self._pool = multiprocessing.get_context("fork").Pool(self.workers, initializer=quiet_worker)
         chunk = max(1, len(items) // (self.workers * 4))
-        return self._pool.map(function, items, chunksize=chunk)
+        try:
+            return self._pool.map(function, items, chunksize=chunk)
+        except BaseException:  # Ctrl-C, SIGTERM, an error in a worker: stop the workers now, not after their chunks
+            self.terminate()
+            raise
+
+    def terminate(self) -> None:
+        """Stop the workers at once (an interrupted search): no join on work that is no longer wanted."""
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool.join()
+            self._pool = None
 
     def close(self) -> None:
         if self._pool is not None:
