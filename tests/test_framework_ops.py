@@ -119,3 +119,17 @@ def test_stacks_without_a_fused_cp_merge_say_so():
     assert load_stack("mindspeed").comm.cp_merge_bytes > 0 and load_stack("mindspeed").comm.cp_backward_regather
     assert load_stack("torchtitan").comm.cp_grad_bytes == 4.0
     assert load_stack("megatron").comm.cp_merge_bytes == 0.0 and load_stack("megatron").comm.cp_grad_bytes == 2.0
+
+
+def test_mla_values_padded_to_the_query_head_dim_cost_attention_and_a_copy():
+    model = load_model("deepseek-v3")
+    plain = layer_forward(model, Sharding(seq_len=4096), moe=False)
+    padded = layer_forward(model, Sharding(seq_len=4096, mla_pad_v=True), moe=False)
+    a = model.mla
+    qk, v = a.qk_nope_head_dim + a.qk_rope_head_dim, a.v_head_dim
+    attention = {g: _op(graph, "core_attention").flops for g, graph in (("plain", plain), ("padded", padded))}
+    assert attention["padded"] / attention["plain"] == pytest.approx((qk + qk) / (qk + v))
+    assert _op(padded, "mla_v_pad").kind == "memory" and all(op.name != "mla_v_pad" for op in plain.ops)
+    # the out projection still takes the real value width
+    assert _op(padded, "out_proj").shape == _op(plain, "out_proj").shape
+    assert load_stack("mindspeed").kernels.mla_pad_v and not load_stack("megatron").kernels.mla_pad_v

@@ -40,6 +40,19 @@ def allgather_index_ops(builder, rows: int, gathered: int, deps: tuple[int, ...]
                           backward_bytes=ACT_BYTES * backward * hidden, host_ops=10.0, backward_host_ops=6.0)
 
 
+def padded_values(builder, rows: int, qk_dim: int, v_dim: int, deps: tuple[int, ...]) -> tuple[tuple[int, ...], int]:
+    """MindSpeed-LLM's multi-head latent attention (modellink/core/transformer/multi_head_latent_attention.py):
+    npu_fusion_attention wants one head dim, so with --shape-order BNSD the values are padded (F.pad) from
+    v_dim to the query/key head dim and the output is sliced back to v_dim and reshaped (a copy) before the
+    out projection. Returns the attention's inputs and the value head dim it runs at; ``rows``: tokens x heads.
+    Off (stack kernels.mla_pad_v false) or with equal head dims, nothing changes."""
+    if not builder.s.mla_pad_v or v_dim >= qk_dim:
+        return deps, v_dim
+    # pad: read v_dim, write qk_dim elements per row; slice copy of the output: read and write v_dim.
+    passes = (v_dim + qk_dim + 2.0 * v_dim) / qk_dim
+    return (builder.memory("mla_v_pad", rows * qk_dim, deps, passes=passes, host_ops=3.0),), qk_dim
+
+
 def cp_merge(builder, elements: float, deps: tuple[int, ...]) -> tuple[int, ...]:
     """PyTorch's context_parallel (torch/distributed/tensor/experimental/_attention.py,
     _templated_ring_attention and its backward): each CP step's SDPA output and log-sum-exp are merged

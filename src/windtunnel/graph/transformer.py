@@ -11,15 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from windtunnel.graph import stack_ops
 from windtunnel.graph.ops import Op, OpGraph
-from windtunnel.graph.stack_ops import allgather_index_ops, cp_backward_bytes, cp_merge, sequential_experts
 from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.model import ModelSpec
 
 ACT_BYTES = 2  # bf16/fp16 activations
-# Host (CPU) work to issue an operator, in eager framework ops (see Op.host_ops). A Transformer
-# Engine module call costs the host ~2.7x a plain PyTorch op: one Linear forward measured 99.7 vs
-# 37.1 us of CPU time on GB200 and 90.5 vs 33.2 us on GH200 (TransformerEngine issue #2053).
+# Host work to issue an operator, in eager framework ops (Op.host_ops): a Transformer Engine module call costs
+# ~2.7 plain PyTorch ops (Linear forward 99.7 vs 37.1 us CPU on GB200, 90.5 vs 33.2 on GH200; TE issue #2053).
 TE_MODULE_HOST_OPS = 2.7
 
 
@@ -58,6 +57,7 @@ class Sharding:
     cp_grad_bytes: float = ACT_BYTES
     cp_regather: bool = False
     gather_index_passes: tuple[float, float, float, float] | None = None  # stack comm.allgather_index_passes
+    mla_pad_v: bool = False  # stack kernels.mla_pad_v: MLA's values padded to the query/key head dim
 
     @property
     def tokens(self) -> int:
@@ -183,7 +183,8 @@ class _Builder:
             elements = tokens * heads * (qk_dim + v_dim)
             qkv = (self.memory("repeat_kv", elements, qkv, passes=1.0 + kv_heads / heads, host_ops=2.0),)
             kv_heads = heads
-        core = self.core_attention(qkv, heads, kv_heads, qk_dim, v_dim)
+        qkv, attention_v = stack_ops.padded_values(self, tokens * heads, qk_dim, v_dim, qkv)
+        core = self.core_attention(qkv, heads, kv_heads, qk_dim, attention_v)
         out = self.gemm("out_proj", tokens, h, heads * v_dim, core)
         out = self.exit_tp("attn", (out,))
         residual_saved = ACT_BYTES / 2 * s.sp_tokens * h if m.dropout else 0.0
@@ -222,12 +223,12 @@ class _Builder:
                 # Llama 3 report Sec. 3.3.2): the whole sequence's keys and values are all-gathered while
                 # the local block's attention runs; the backward reduce-scatters their gradients.
                 ring = (self.comm("cp_kv_allgather", "all_gather", "cp", kv_block * s.cp, deps,
-                                  backward_bytes=cp_backward_bytes(s, kv_block * s.cp)),)
+                                  backward_bytes=stack_ops.cp_backward_bytes(s, kv_block * s.cp)),)
             else:
                 # Ring attention: keys/values of every other CP rank pass by in cp-1 steps; the engine
                 # overlaps each step's transfer with the attention on the previous block.
                 ring = (self.comm("cp_kv_ring", "send_recv", "cp", kv_block * (s.cp - 1), deps,
-                                  backward_bytes=cp_backward_bytes(s, kv_block * (s.cp - 1))),)
+                                  backward_bytes=stack_ops.cp_backward_bytes(s, kv_block * (s.cp - 1))),)
         if s.flash_attention:
             # Q, K, V and the fp32 log-sum-exp; the output O is saved once, as the out projection's input.
             saved = qkv_bytes + 4.0 * b * heads * q_len
@@ -244,7 +245,7 @@ class _Builder:
                                  bytes_moved=(qkv_bytes + out_bytes) * (s.cp - 1), saved_bytes=saved * (s.cp - 1) / s.cp,
                                  shape=(b * heads, q_len, kv_len, qk_dim, window_keys, window_share), deps=(first, *ring),
                                  precision="bf16", kernel=s.attention_kernel))
-            return cp_merge(self, b * q_len * heads * v_dim, (rest,))
+            return stack_ops.cp_merge(self, b * q_len * heads * v_dim, (rest,))
         # Unfused attention (pre-FlashAttention Megatron): batched GEMMs plus softmax and dropout on the
         # full score matrix, whose activations are what selective recomputation avoids storing.
         matrix = b * heads * q_len * kv_len  # the unfused kernels materialise the whole (masked) matrix
@@ -310,12 +311,10 @@ class _Builder:
                                     backward_bytes=5.0 * ACT_BYTES * up_elements, backward_host_ops=3.0,
                                     unvectorized=0.5)
         act_saved = ACT_BYTES * up_elements
-        # The same function builds its linear-offset constant with torch.tensor(..., device=cuda) on
-        # every call: a blocking host-to-device copy, so the host waits for the device there.
-        # Fused, the activation reads its input once and writes the (half-width, for a GLU) output: 1.5
-        # passes over the up projection's output. Eager PyTorch runs it as separate kernels: GeLU reads and
-        # writes the whole width (2 passes); SiLU on the gate half then the product with the other half
-        # write and re-read the gate's activation (2.5 passes, 2 launches).
+        # The same function builds its linear-offset constant with torch.tensor(..., device=cuda) on every
+        # call: a blocking host-to-device copy, so the host waits there. Fused, the activation reads its input
+        # once and writes the (half-width, for a GLU) output: 1.5 passes. Eager PyTorch: GeLU reads and writes
+        # the whole width (2 passes); SiLU on the gate half, then the product, re-read it (2.5 passes, 2 launches).
         passes, launches = (1.5, 1.0) if self.s.fused_elementwise else \
             ((2.5, 2.0) if m.activation == "swiglu" else (2.0, 1.0))
         act = self.memory(prefix + ".act", up_elements, (act_input,), passes=passes, saved=act_saved,
@@ -394,9 +393,9 @@ class _Builder:
         down = self.mlp_ops("experts", per_expert, moe.ffn_hidden // s.etp, expert_input, count=local_experts,
                             clamp=moe.activation_clamp is not None, bias=moe.expert_bias)
         if s.sequential_costs is not None:
-            down = sequential_experts(self, received, local_experts, (down,))
+            down = stack_ops.sequential_experts(self, received, local_experts, (down,))
         if indexed:
-            down = allgather_index_ops(self, received, tokens * s.ep * s.etp, (down,))
+            down = stack_ops.allgather_index_ops(self, received, tokens * s.ep * s.etp, (down,))
         elif s.ep > 1 and local_experts > 1:
             down = self.memory("unsort_by_expert", received * m.hidden, (down,), passes=2.0, host_ops=3.0)
         if s.etp > 1:

@@ -51,6 +51,9 @@ class Kernels(_Frozen):
     # kernel, Megatron's --moe-grouped-gemm) or 'sequential' (Megatron-Core's SequentialMLP: a Python
     # loop of one MLP per expert over slices of the permuted tokens).
     expert_gemm: Literal["grouped", "sequential"] = "grouped"
+    # Multi-head latent attention pads its values to the query/key head dim for an attention kernel that
+    # takes one head dim (and slices the output back): the value half of attention runs at that dim.
+    mla_pad_v: bool = False
     # The sequential loop's costs beyond the experts' GEMMs, in passes over the permuted tokens
     # (16-bit, rows x hidden) and eager ops: forward (zeros for the output, each expert's output
     # copied into its slice); backward per expert (autograd's CopySlices copies the whole output
