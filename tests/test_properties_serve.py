@@ -2,7 +2,8 @@
 
 Serving: with the same seed and a fixed request count, a traffic spec at twice the rate is the same
 requests (same lengths, same order) arriving twice as close together, so their p50 TTFT never falls by
-more than TTFT_NOISE (10%). It may fall a little at light load, where the median TTFT is about one
+more than TTFT_NOISE (10%); when the lower rate already overloads the deployment, their mean TTFT (see the
+test's comment). It may fall a little at light load, where the median TTFT is about one
 prefill plus part of the iteration it lands beside: the arrival spacing changes which decode iterations
 (and, with replicas, which instance) each prefill meets, and a batched prefill reads the weights once for
 all its requests. The largest fall in 250 random cases was 5.9% (llama3-8b, two replicas, rate 1 -> 2). Availability: more
@@ -40,11 +41,17 @@ PROPERTY = settings(max_examples=30, deadline=None, derandomize=True, database=N
        st.sampled_from([300, 1000, 3000]), st.sampled_from([50, 200, 600]))
 def test_higher_request_rate_never_lowers_p50_ttft_beyond_noise(deployment, rate, seed, prompt, output):
     model, hardware, dep = deployment
-    p50 = []
+    runs = []
     for r in (rate, 2 * rate):
         traffic = f"poisson:rate={r},input=lognormal({prompt},0.8),output=lognormal({output},0.8),requests=120"
-        p50.append(simulate_serving(model, hardware, dep, traffic, seed=seed).ttft_s["p50"])
-    assert p50[1] >= p50[0] * (1 - TTFT_NOISE), (deployment, rate, seed, p50)
+        runs.append(simulate_serving(model, hardware, dep, traffic, seed=seed))
+    # Overloaded already at the lower rate, the queue drains at the service rate, and batched prefill
+    # serves more requests per weight read the longer the queue: throughput rises with load, so the
+    # median of a finite batch may fall (deepseek-v3 ep=16 x2 at 40 -> 80 req/s: p50 -20%) while its
+    # mean still rises. There the property is stated on the mean.
+    key = "mean" if runs[0].overloaded else "p50"
+    low, high = (run.ttft_s[key] for run in runs)
+    assert high >= low * (1 - TTFT_NOISE), (deployment, rate, seed, key, low, high)
 
 
 AVAIL = settings(max_examples=40, deadline=None, derandomize=True, database=None)
