@@ -220,6 +220,8 @@ def _mutations(verb: str, base: list[str], rng: random.Random, files: Files) -> 
             add(option, FLOAT_BAD, "float")
         elif kind == "duration":
             add(option, DURATION_BAD, "duration")
+        elif kind == "long-interval":  # the base horizon is a day
+            add(option, DURATION_BAD + ["5y", "2d"], "duration")
         elif kind == "bandwidth":
             add(option, BANDWIDTH_BAD, "bandwidth")
         elif kind == "plan":
@@ -312,7 +314,7 @@ COMMON_TRAIN = {"--model": "model-file", "--hardware": "hardware-file", "--devic
                 "--global-batch": "huge", "--plan": "plan", "--moe-imbalance": "float", "--framework": "stack",
                 "--profile": "profile-file", "--what-if": "what-if"}
 AVAIL_OPTS = {"--devices": "huge", "--hardware": "hardware-file", "--devices-per-node": "posint", "--faults": "faults",
-              "--policy": "policy", "--checkpoint-every": "duration", "--checkpoint-cost": "duration",
+              "--policy": "policy", "--checkpoint-every": "long-interval", "--checkpoint-cost": "duration",
               "--checkpoint-stall": "duration", "--spares": "int", "--repair": "duration", "--detect": "duration",
               "--restart": "duration", "--step-time": "duration", "--horizon": "duration", "--rate-scale": "float"}
 SERVE_OPTS = {"--model": "model-file", "--hardware": "hardware-file", "--deployment": "deployment",

@@ -59,6 +59,13 @@ def test_markov_devices_and_simulation_work_are_bounded():
     _fast_error(lambda: simulate(scenario, 100_000), "replications", "horizon")  # about 3e8 failures
 
 
+def test_a_checkpoint_interval_beyond_the_horizon_is_refused():
+    from windtunnel.avail.scenario import make_scenario
+
+    _fast_error(lambda: make_scenario(1024, "catalog:llama3-54day", "restart-from-checkpoint,checkpoint_every=5y",
+                                      step_time_s=10.0, horizon_s=86400.0), "checkpoint-every", "horizon")
+
+
 def test_oversized_files_are_refused_before_reading(tmp_path):
     from windtunnel.specs.model import load_model
 

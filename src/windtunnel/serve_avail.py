@@ -62,8 +62,9 @@ def serve_availability(model: str, hardware: str, deployment: str, traffic: str,
 
     if not 0.0 < target <= 1.0:
         raise WindtunnelError(f"Field 'target' must be in (0, 1], got {target}.", field="target")
-    if not isinstance(max_lost, int) or max_lost < 0:
-        raise WindtunnelError(f"Field 'max-lost' must be a whole number >= 0, got {max_lost!r}.", field="max-lost")
+    if isinstance(max_lost, bool) or not isinstance(max_lost, int) or not 0 <= max_lost <= 100_000:
+        raise WindtunnelError(f"Field 'max-lost' must be a whole number from 0 to 100,000 (instances of a pool), got "
+                              f"{max_lost!r}.", field="max-lost")
     pools = _pools(deployment)
     full = simulate_serving(model, hardware, deployment, traffic, slo=slo, seed=seed)
     per_pool = []

@@ -250,14 +250,19 @@ def make_scenario(
         else:
             devices_per_node = 8
             assumptions.append("8 devices per node (no --hardware or --devices-per-node given)")
-    if devices_per_node < 1:
-        raise WindtunnelError(f"Field 'devices-per-node' must be >= 1, got {devices_per_node}.", field="devices-per-node")
+    if isinstance(devices_per_node, bool) or not isinstance(devices_per_node, int) or not 1 <= devices_per_node <= MAX_DEVICES:
+        raise WindtunnelError(f"Field 'devices-per-node' must be a whole number from 1 to {MAX_DEVICES:,}, got "
+                              f"{devices_per_node!r}.", field="devices-per-node")
     devices_per_node = min(devices_per_node, devices)
     profile = load_faults(faults)
     if rate_scale != 1.0:
         profile = profile.scaled(rate_scale)
     pol = parse_policy(policy) if not isinstance(policy, RecoveryPolicy) else policy
     nodes = math.ceil(devices / devices_per_node)
+    if "checkpoint_every_s" in pol.model_fields_set and pol.checkpoint_every_s > horizon_s:
+        raise WindtunnelError(f"Field 'checkpoint-every' is {pol.checkpoint_every_s:g} s, longer than the horizon "
+                              f"({horizon_s:g} s): no checkpoint would ever be written; give an interval shorter than "
+                              "the horizon (or leave it out: Daly's optimum).", field="checkpoint-every")
     _validate(pol, step_time_s, nodes)
     given = pol.model_dump(exclude_unset=True)
     resolved = pol.resolved(nodes)

@@ -150,7 +150,7 @@ def simulate_cmd(
     data = res.to_json_dict()
     tl = None
     if want_tl and res.timeline is not None:
-        bin_s = parse_duration(timeline_bin, "timeline-bin", allow_zero=False) if timeline_bin else None
+        bin_s = parse_duration(timeline_bin, "timeline-bin", allow_zero=False) if timeline_bin is not None else None
         tl = build_timeline(res.timeline, sc, bin_s)
         if timeline is not None:
             write_atomic(timeline, timeline_json(tl) if timeline.suffix == ".json" else timeline_csv(tl))

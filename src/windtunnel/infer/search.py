@@ -336,8 +336,13 @@ def search_deployments(model: str | ModelSpec, hardware: str, devices: int, traf
     ``best_disaggregated``, ``baseline`` (with ``gain``), counts and timings."""
     start = time.perf_counter()
     spec = model if isinstance(model, ModelSpec) else load_model(model)
-    if devices < 1:
-        raise WindtunnelError(f"Field 'devices' must be a positive integer, got {devices}.", field="devices")
+    from windtunnel.specs.bounds import MAX_DEVICES, MAX_REQUESTS, check_number, check_whole
+
+    check_whole("devices", devices, 1, MAX_DEVICES)
+    if requests is not None:
+        check_whole("requests", requests, 1, MAX_REQUESTS)
+    if price_per_device_hour is not None:
+        check_number("price", price_per_device_hour, 0.0, 1e6, lo_open=True, what=" per device-hour")
     if objective not in OBJECTIVES:
         raise WindtunnelError(f"Field 'objective' is '{objective}'; valid: {', '.join(OBJECTIVES)}.", field="objective")
     if not 0.0 < attainment <= 1.0:
