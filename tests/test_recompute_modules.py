@@ -57,9 +57,8 @@ def test_cheap_modules_beat_attention_recompute_on_a_flash_model():
 def test_deepseek_v3_recipe_fits_in_80_gb():
     """DeepSeek-V3 trained on 2,048 H800 without TP by recomputing RMSNorm and the MLA up-projections
     (report Sec. 3.2.3) and caching the SwiGLU input: with those modules the plan fits in 80 GB, with
-    attention recompute it does not. The MTP module is left out (mtp=0): with it on the first/last
-    DualPipe rank the model needs more than 80 GB, since it does not model all of DeepSeek's
-    low-precision activation caching."""
+    attention recompute it does not. The MTP module is left out (mtp=0); with it and the default MoE
+    imbalance (1.1) the recipe also needs the FP8 SwiGLU-input cache (tests/test_memory_dualpipe.py)."""
     kwargs = dict(seq_len=4096, global_batch=15360, moe_imbalance=1.0)
     plan = "tp=1,pp=16,ep=64,mbs=1,zero=1,schedule=dualpipe,precision=fp8,recompute=selective,mtp=0"
     recipe = simulate_training("deepseek-v3", "h800", 2048, plan=plan + ",recompute_modules=layernorm+mla_up_proj+moe_act",

@@ -11,7 +11,8 @@ GIB = float(2**30)
 KEY_HEADERS = {"recompute": "rc", "zero": "zero", "schedule": "sched", "precision": "prec", "cuda_graphs": "graphs",
                "order": "ord", "dispatcher": "disp", "offload_layers": "offl", "recompute_modules": "rc mods"}
 FLAG_SHORT = {"sp": "sp", "tp_overlap": "ovl", "ep_overlap": "epo", "dualpipe": "dualpipe",
-              "reuse_fp32_param": "reuse32", "swap_optimizer": "swapopt"}
+              "reuse_fp32_param": "reuse32", "swap_optimizer": "swapopt",
+              "act_fp8_store": "act8"}
 VALUE_SHORT = {"selective": "sel"}
 CATEGORY_SHORT = {"recompute": "rc", "pp_bubble": "bubble", "host_overhead": "host", "optimizer": "opt"}
 

@@ -81,6 +81,10 @@ class Plan(BaseModel):
     # states kept in host memory outside the optimizer step (--swap-optimizer). Unset: the stack's.
     reuse_fp32_param: bool = False
     swap_optimizer: bool = False
+    # The input of a SwiGLU activation kept in FP8 for its backward, cast back to 16 bits there
+    # (Megatron-Core --activation-func-fp8-input-store, TransformerConfig.activation_func_fp8_input_store;
+    # DeepSeek-V3 report Sec. 3.3.2 caches the MoE SwiGLU inputs in FP8 and recomputes their output).
+    act_fp8_store: bool = False
     # Multi-token prediction modules trained (Megatron's --mtp-num-layers; DeepSeek-V3 trains one):
     # each runs one more transformer layer, a projection and the shared output layer and loss on
     # the last pipeline stage. None: the model's own count (mtp_layers).
@@ -134,7 +138,7 @@ class Plan(BaseModel):
             parts.append(f"offload_layers={self.offload_layers}")
         if self.offload_modules:
             parts.append(f"offload_modules={self.offload_modules}")
-        parts += [f"{name}=true" for name in ("reuse_fp32_param", "swap_optimizer") if getattr(self, name)]
+        parts += [f"{name}=true" for name in _FLAGS[3:] if getattr(self, name)]
         if self.order != "tp-cp-dp-pp":
             parts.append(f"order={self.order}")
         if self.mtp is not None:
@@ -172,7 +176,7 @@ class Plan(BaseModel):
             parts.append(f"offload_layers={self.offload_layers}")
         if self.offload_modules:
             parts.append(f"offload_modules={self.offload_modules}")
-        parts += [name for name in ("reuse_fp32_param", "swap_optimizer") if getattr(self, name)]
+        parts += [name for name in _FLAGS[3:] if getattr(self, name)]
         if self.cp > 1 and self.cp_algo != "ring":
             parts.append(f"cp_algo={self.cp_algo}")
         for name in ("precision", "cuda_graphs", "grads", "moments", "order", "mtp", "layout"):
@@ -204,13 +208,14 @@ _ALIASES = {
     "grad_dtype": "grads", "main_grads": "grads", "main_grads_dtype": "grads",
     "moments_dtype": "moments", "exp_avg_dtype": "moments", "adam_moments": "moments",
     "offload-modules": "offload_modules", "reuse-fp32-param": "reuse_fp32_param", "swap-optimizer": "swap_optimizer",
+    "activation_func_fp8_input_store": "act_fp8_store", "activation-func-fp8-input-store": "act_fp8_store",
     "cp_comm_type": "cp_algo", "context_parallel_algo": "cp_algo", "context-parallel-algo": "cp_algo", "cp-algo": "cp_algo",
     "cpu_offloading_num_layers": "offload_layers", "offload": "offload_layers", "offload-layers": "offload_layers",
     "mtp_num_layers": "mtp", "mtp_layers": "mtp", "mtp-num-layers": "mtp",
     "pipeline_model_parallel_layout": "layout", "pp_layout": "layout", "pipeline-model-parallel-layout": "layout",
 }
 _BOOLS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False, "on": True, "off": False}
-_FLAGS = ("sp", "tp_overlap", "ep_overlap", "reuse_fp32_param", "swap_optimizer")  # true/false plan fields
+_FLAGS = ("sp", "tp_overlap", "ep_overlap", "reuse_fp32_param", "swap_optimizer", "act_fp8_store")  # true/false fields
 
 
 def parse_plan(text: str | dict | Plan) -> Plan:
@@ -363,6 +368,9 @@ def _check_shape(plan: Plan, model: ModelSpec, dp: int) -> None:
         width = model.moe.ffn_hidden if model.moe else None
         fail("etp", f"Plan field 'etp' is {plan.etp}, but " + ("the model has no experts; use etp=1." if width is None
              else f"it does not divide the experts' FFN width {width}; use etp=1 or a tp that divides {width}."))
+    if plan.act_fp8_store and model.activation != "swiglu":
+        fail("act_fp8_store", f"Plan field 'act_fp8_store' keeps a SwiGLU input in FP8 (Megatron-Core's fused SwiGLU), "
+             f"but model '{model.id}' uses {model.activation}; leave act_fp8_store off.")
     if plan.ep > 1:
         if model.moe is None:
             fail("ep", f"Plan field 'ep' is {plan.ep} but model '{model.id}' has no experts; use ep=1.")

@@ -24,8 +24,11 @@ def step_assumptions(job: Any, builder: Any) -> list[str]:
                     else "unfused fp32 cross-entropy (Megatron-LM default: ~52 bytes of HBM traffic per logit)"),
         f"pipeline schedule {builder.schedule}; "
         + (f"stages as the layout {plan.layout}" if plan.layout else
-           f"layers split as evenly as possible over {plan.pp * (2 if builder.schedule == 'dualpipe' else plan.vpp)} "
-           "chunks, embedding on the first, loss on the last"),
+           (f"layers split as evenly as possible over {plan.pp} stages, rank r running stages r and pp-1-r "
+            "(two copies of the model, DualPipe), embedding on the first, loss on the last"
+            if builder.schedule == "dualpipe" else
+            f"layers split as evenly as possible over {plan.pp * plan.vpp} chunks, embedding on the first, loss on "
+            "the last")),
         f"main gradients in {plan.grads} (also the DP reduction); ZeRO stage {plan.zero}; Adam with fp32 master "
         f"weights and {plan.moments} moments",
         f"memory: 16-bit weights, {builder.states.grads:.0f}-byte main gradients, {builder.states.optimizer:.0f} "
@@ -58,6 +61,9 @@ def step_assumptions(job: Any, builder: Any) -> list[str]:
                    f"memory at {chip.host_link_bandwidth * builder.eff.host_link / 1e9:.0f} GB/s each way "
                    f"({chip.host_memory_bytes / 1e9:.0f} GB of host memory per device), each copy beside the next "
                    "layer's forward or backward; one layer stays staged on the device")
+    if plan.act_fp8_store:
+        out.append("SwiGLU inputs kept in FP8 for the backward (1 byte per element; the casts run inside the fused "
+                   "SwiGLU kernels, no time charged)")
     if plan.tp_overlap and not plan.sequence_parallel:
         out.append("tp_overlap ignored: chunked TP overlap needs sequence parallelism")
     out.extend(f"group {k}: {v}" for k, v in builder.placement.describe(job.cluster).items())

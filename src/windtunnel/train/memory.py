@@ -7,7 +7,8 @@ optimizer states over the data-parallel group, stage 2 also the gradients, stage
 weights (Rajbhandari et al. 2020). Activations are counted per module as the stack runs them
 (:func:`layer_saved_bytes`: torchtitan's op-level selective checkpointing, a tensor two GEMMs save
 kept once, fine-grained offloading to the host), per pipeline rank in its schedule's order
-(:func:`interleaved_peak`); the stack's memory features (MindSpeed's reuse-fp32-param and
+(:func:`interleaved_peak`; DualPipe's two stages per rank, :func:`dualpipe_in_flight`); a SwiGLU input
+may be kept in FP8 (plan act_fp8_store); the stack's memory features (MindSpeed's reuse-fp32-param and
 swap-optimizer) change what the model states occupy (:func:`device_states`). Units: bytes.
 """
 
@@ -217,7 +218,32 @@ def offloaded_module_bytes(builder, kind: str, mode: str) -> float:
     graph = builder.forward_graphs[kind]
     names = {name for module in modules.split("+") for name in OFFLOAD_MODULES[module]}
     dropped = recompute_selection(graph, mode)[1] if mode.startswith("selective") else set()
-    return sum(op.saved_bytes for i, op in enumerate(graph.ops) if op.name in names and i not in dropped)
+    return sum(op.saved_bytes * _stored_fraction(builder, op) for i, op in enumerate(graph.ops)
+               if op.name in names and i not in dropped)
+
+
+def _stored_fraction(builder, op) -> float:
+    """Fraction of an operator's saved bytes kept: the plan's act_fp8_store keeps a SwiGLU's 16-bit
+    input in FP8, 1 byte per element (Megatron-Core fused_bias_swiglu.py, fp8_input_store: the input is
+    cast to float8_e4m3fn in the forward and back before the backward), so half of it."""
+    from windtunnel.graph.transformer import ACT_BYTES
+
+    if (builder.plan.act_fp8_store and op.kind == "memory" and op.name.endswith(".act")
+            and builder.job.model.activation == "swiglu"):
+        return 1.0 / ACT_BYTES
+    return 1.0
+
+
+def fp8_stored_saving(builder, graph, mode: str) -> float:
+    """Bytes a layer's saved activations lose to act_fp8_store (:func:`_stored_fraction`) under a
+    recompute mode; a fully recomputed layer keeps only its input, so nothing."""
+    from windtunnel.train.layers import recompute_selection
+
+    if not builder.plan.act_fp8_store or mode == "full" or not graph.ops:
+        return 0.0
+    dropped = recompute_selection(graph, mode)[1] if mode.startswith("selective") else set()
+    return sum(op.saved_bytes * (1.0 - _stored_fraction(builder, op)) for i, op in enumerate(graph.ops)
+               if i not in dropped)
 
 
 def layer_saved_bytes(builder, kind: str, mode: str, *, offloaded: bool = True) -> float:
@@ -235,7 +261,7 @@ def layer_saved_bytes(builder, kind: str, mode: str, *, offloaded: bool = True) 
         memory = builder.stack.memory
         return op_checkpoint_saved_bytes(graph, builder.job.model, builder.plan.cp, builder.plan.tp,
                                          save_attention=builder.chip.generation not in memory.op_policy_unsaved_attention)
-    saved = saved_activation_bytes(graph, mode) - shared_input_bytes(graph, mode)
+    saved = saved_activation_bytes(graph, mode) - shared_input_bytes(graph, mode) - fp8_stored_saving(builder, graph, mode)
     return saved - offloaded_module_bytes(builder, kind, mode) if offloaded else saved
 
 
@@ -312,6 +338,20 @@ def interleaved_peak(chunk_bytes: list[float], pp: int, rank: int, micro_batches
     return peak
 
 
+def dualpipe_in_flight(pp: int, rank: int, chunk: int, micro_batches: int) -> int:
+    """Micro-batches whose activations a DualPipe rank holds at its peak in one of its two chunks:
+    chunk 0 runs stage ``rank`` of the downward pipeline (the even micro-batches), chunk 1 stage
+    pp-1-rank of the upward one (the odd ones). deepseek-ai/DualPipe dualpipe.py DualPipe.step() (at
+    3da1bbe): a rank at distance h = min(rank, pp-1-rank) from an end runs 2(pp/2-h-1) forwards of
+    its shallow stage (step 1), then h+1 forwards of each (step 2), then swaps one backward for one
+    forward per direction (steps 3-4): at the peak the shallow stage (stage h) holds pp-h micro-batches
+    and the deep one (stage pp-1-h) h+1, pp+1 in all (the README's 'PP+1' activations per device, in
+    units of one stage's micro-batch); train/schedule.py's dualpipe caps each direction at the same
+    1F1B counts. Each direction holds at most the micro-batches it carries."""
+    carried = (micro_batches + 1) // 2 if chunk == 0 else micro_batches // 2
+    return min(carried, pp - rank if chunk == 0 else rank + 1)
+
+
 def step_memory(builder, chunks: dict) -> StepMemory:
     """Peak bytes per device of a training step, every pipeline rank, the worst one reported.
 
@@ -348,7 +388,11 @@ def step_memory(builder, chunks: dict) -> StepMemory:
         in_flight = in_flight_micro_batches(builder.schedule, plan.pp, plan.vpp, rank, builder.micro_batches,
                                             ep_overlap=plan.ep_overlap)
         activations = per_chunk * in_flight
-        if builder.schedule == "interleaved" and plan.vpp > 1 and len(mine) == plan.vpp:
+        if builder.schedule == "dualpipe":
+            # Its two stages hold different micro-batch counts (the shallow one most); their sum is pp+1.
+            activations = sum(c.activation_bytes * dualpipe_in_flight(plan.pp, rank, c.chunk, builder.micro_batches)
+                              for c in mine)
+        elif builder.schedule == "interleaved" and plan.vpp > 1 and len(mine) == plan.vpp:
             # Chunks differ (the first holds the embedding, the last the loss; uneven layer counts):
             # count what each holds at the rank's peak in the schedule's own order.
             held = [c.activation_bytes for c in sorted(mine, key=lambda c: c.chunk)]

@@ -198,6 +198,8 @@ class Screen:
             layout = _stage_layout(model.layers, model.dense_layers, int(g_pp), int(g_vpp), bool(g_dual),
                                    model.mtp_layers)
             name = "dualpipe" if g_dual else ("interleaved" if g_vpp > 1 else "1f1b")
+            # One row per pipeline stage (DualPipe's rank r runs stages r and pp-1-r).
+            stages = _stage_layout(model.layers, model.dense_layers, int(g_pp), 1, False, model.mtp_layers) if g_dual else None
             for rank in range(int(g_pp)):
                 n_dense, n_moe, emb, params_head, per_chunk, n_mtp = layout[rank]
                 head = params_head + n_mtp  # MTP modules run the output layer and loss again
@@ -220,10 +222,22 @@ class Screen:
                        + emb * sub["b.embedding.none"] + head * sub["b.head.none"])
                 act = (part("dense", n_dense, a_mode, "a") + part(moe_kind, n_moe, a_mode, "a")
                        + emb * sub["a.embedding.none"] + head * sub["a.head.none"]) / cpr
+                held = act * _in_flight(name, int(g_pp), int(g_vpp), rank, micro[idx])
+                if g_dual:
+                    # DualPipe: each of the rank's two stages holds its own micro-batch count
+                    # (train.memory.dualpipe_in_flight), pp+1 in all.
+                    held = np.zeros(len(idx))
+                    for chunk, stage in ((0, rank), (1, int(g_pp) - 1 - rank)):
+                        s_dense, s_moe, s_emb, s_head, s_len, s_mtp = stages[stage]
+                        s_full = np.where((mode[idx] == "full") & (kk >= 0), np.minimum(kk, s_len), -1)
+                        stage_act = (part("dense", s_dense, a_mode, "a", full=s_full)
+                                     + part(moe_kind, s_moe, a_mode, "a", full=s_full)
+                                     + s_emb * sub["a.embedding.none"] + (s_head + s_mtp) * sub["a.head.none"])
+                        carried = (micro[idx] + 1) // 2 if chunk == 0 else micro[idx] // 2
+                        held = held + stage_act * np.minimum(carried, int(g_pp) - rank if chunk == 0 else rank + 1)
                 dense_p = (n_dense * sub["pd.dense"] + n_moe * sub[f"pd.{moe_kind}"] + emb * sub["pd.embedding"]
                            + params_head * sub["pd.head"])
                 expert_p = n_moe * sub[f"pe.{moe_kind}"]
-                in_flight = _in_flight(name, int(g_pp), int(g_vpp), rank, micro[idx])
                 z = zero[idx]
                 shard_dp = (dp * cp)[idx]
                 edp = expert_dp[idx]
@@ -235,7 +249,7 @@ class Screen:
                 if zero.max() >= 3:
                     layer_p = (sub["pd.moe" if model.moe else "pd.dense"] + sub["pe.moe" if model.moe else "pe.dense"])
                     buffers = buffers + np.where(z >= 3, 2 * layer_p * WEIGHT_BYTES, 0.0)
-                mem = weights + grads + opt + act * in_flight * FRAGMENTATION + buffers
+                mem = weights + grads + opt + held * FRAGMENTATION + buffers
                 memory[idx] = np.maximum(memory[idx], mem)
                 f_stage[idx] = np.maximum(f_stage[idx], fwd)
                 b_stage[idx] = np.maximum(b_stage[idx], bwd)
