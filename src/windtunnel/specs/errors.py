@@ -14,7 +14,7 @@ class WindtunnelError(Exception):
 def _cut_echoes(message: str, limit: int = 200) -> str:
     """The message with every run of more than ``limit`` characters without a space (an echoed input: a
     100,000-character plan) cut to its first ``limit`` characters and its length."""
-    if len(message) <= 4 * limit:
+    if len(message) <= limit:
         return message
     import re
 
