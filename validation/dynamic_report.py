@@ -38,8 +38,10 @@ AUTOSCALE = (
 )
 
 
-def autoscale_lines() -> list[str]:
-    """The autoscaling section: static replica counts vs the autoscaler (windtunnel.infer.autoscale)."""
+def autoscale_lines() -> tuple[list[str], list[dict]]:
+    """The autoscaling section: static replica counts vs the autoscaler (windtunnel.infer.autoscale), and each
+    scenario's comparison document (for the reading)."""
+    docs = []
     lines = ["# Autoscaling: replicas started and stopped with a start-up cost", "",
              "Mixed instances (TP4 llama3-70b on h100-sxm); the deployment gives the most replicas; the autoscaler starts "
              "with half of them, looks every 10 s, and a started replica serves after 60 s (it holds its devices from "
@@ -47,6 +49,7 @@ def autoscale_lines() -> list[str]:
              "*same attainment*: the fewest static replicas reaching the autoscaler's own attainment.", ""]
     for title, deployment, traffic, slo in AUTOSCALE:
         doc = compare_autoscale("llama3-70b", "h100-sxm", deployment, traffic, slo=slo, interval="10s")
+        docs.append(doc)
         auto, best, same = doc["autoscaled"], doc["best_static"], doc["static_at_same_attainment"]
         lines += [f"## {title}", "", f"Most replicas `{deployment}`; SLO {slo}.", "",
                   "| replicas | devices | mean devices | device-hours | goodput req/s | SLO attainment |", "|---|---|---|---|---|---|"]
@@ -66,7 +69,49 @@ def autoscale_lines() -> list[str]:
                   f"**{saved:+.1%} device-hours saved**, attainment {doc['attainment_change']:+.2%} points. "
                   f"Same attainment: {same_text}.", ""]
         print(title, f"saved {saved:+.1%}", f"attainment {doc['attainment_change']:+.2%}")
-    return lines
+    return lines, docs
+
+
+def _split(doc: dict) -> str:
+    best = doc["best_static"]
+    return f"{best['prefill_instances']}:{best['decode_instances']}"
+
+
+def _gain(doc: dict) -> str:
+    gain = doc["gain_over_best_static"]
+    return "n/a" if gain is None else f"{gain:+.1%}"
+
+
+def reading_lines(dynamic: list[dict], autoscaled: list[dict]) -> list[str]:
+    """The reading of the tables above, every figure taken from the comparisons (none typed in)."""
+    moderate, heavy, shapes, azure, mooncake = dynamic
+    chat, conv, kimi = autoscaled
+
+    def scaled(doc: dict) -> str:
+        best = doc["best_static"]
+        return (f"{doc['device_hours_saved']:+.1%} device-hours saved against the best static count "
+                f"(`{best['deployment']}`) for {doc['attainment_change']:+.2%} points of attainment")
+
+    return ["## Reading", "",
+            f"- Role switching pays where no single split serves both phases: under the heavy chat <-> long-document "
+            f"load it changes goodput by {_gain(heavy)} over the best static split ({_split(heavy)}); both are "
+            "overloaded there (see the attainment column), so the win is real but the deployment is too small either way.",
+            f"- With different shapes (prefill TP4, decode TP8 on the same 32 devices) a switch drains two prefill "
+            f"instances to start one decode instance, or the reverse; under the heavy phases: {_gain(shapes)} over the "
+            f"best static split ({_split(shapes)}).",
+            f"- At the moderate load the best static split ({_split(moderate)}) already serves both phases; each switch "
+            f"takes an instance out for 30 s, and the controller changes goodput by {_gain(moderate)}.",
+            f"- Azure conversation at half speed: {_gain(azure)} against the best static split ({_split(azure)}).",
+            f"- Mooncake (real time, ~12k-token prompts): {_gain(mooncake)} against the best static split "
+            f"({_split(mooncake)}); the controller cannot add capacity, and when every split is overloaded its "
+            "switches cost more than they return.",
+            f"- Autoscaling (start-up cost 60 s): on the Azure conversation trace {scaled(conv)}; on Mooncake "
+            f"{scaled(kimi)}; on the step changes of chat <-> long documents {scaled(chat)} (its starts lag a "
+            "change by the start-up time).",
+            "- Batch limits: with every replica serving, the autoscaler caps the running batch at the largest one whose "
+            "decode step keeps 90% of the TPOT objective (the count of batch-limit changes is in each autoscaled row).",
+            "- Not done (issue 16 item 6): a controller that also changes an instance's own parallel plan (e.g. TP4 "
+            "prefill into TP2 prefill); shapes are the two the deployment names.", ""]
 
 
 def main() -> None:
@@ -76,8 +121,10 @@ def main() -> None:
              "hindsight over the whole traffic; *dynamic* starts from the deployment shown and moves instances between "
              "prefill and decode (windtunnel.infer.dynamic; infer.reshape when the roles differ in shape, sharing the "
              "starting devices; 30 s out of service per switch).", ""]
+    dynamic = []
     for title, deployment, traffic in SCENARIOS:
         doc = compare_dynamic("llama3-70b", "h100-sxm", deployment, traffic, slo=SLO, interval="10s")
+        dynamic.append(doc)
         best, dyn = doc["best_static"], doc["dynamic"]
         gain = doc["gain_over_best_static"]
         lines += [f"## {title}", "", f"Start: `{deployment}`; traffic `{Path(traffic.split(',')[0]).name}`.", "",
@@ -90,30 +137,8 @@ def main() -> None:
         verdict = "n/a (best static serves nothing)" if gain is None else f"{gain:+.1%}"
         lines += ["", f"Dynamic vs best static ({best['prefill_instances']}:{best['decode_instances']}): **{verdict}**.", ""]
         print(title, verdict)
-    lines += autoscale_lines()
-    lines += ["## Reading", "",
-              "- Role switching pays only when no single split serves both phases: under the heavy chat <-> long-document "
-              "load it wins +42% goodput over the best static split (1:5), by moving 2-3 instances at each phase change; "
-              "both are overloaded (attainment below 50%), so the win is real but the deployment is too small either way.",
-              "- With different shapes (prefill TP4, decode TP8 on the same 32 devices) a switch drains two prefill "
-              "instances to start one decode instance, or the reverse; under the heavy phases it wins about +26% goodput "
-              "over the best static split, again in an overloaded regime.",
-              "- At the moderate load a 3:3 split already meets the SLO for 99% of requests in both phases; each switch "
-              "takes an instance out for 30 s, so the controller loses about 1%.",
-              "- Azure conversation at half speed: every split serves 100%; nothing to win, no switch made.",
-              "- Mooncake (real time, ~12k-token prompts) overloads 4 TP4 instances whatever the split; the controller "
-              "cannot add capacity, and its switches cost more than they return.",
-              "- Autoscaling (start-up cost 60 s) pays on the Azure conversation trace: 15% fewer device-hours than the "
-              "best static count (2 replicas) for 0.9 points of attainment, where one static replica fewer loses 24 "
-              "points. On Mooncake it saves 26% of the device-hours of the 99%-best (12 replicas) but gives up 2.2 points, "
-              "and 8 static replicas reach the same 94% with 10% fewer device-hours: its starts lag the bursts by the "
-              "start-up time. On the step changes of chat <-> long documents it reacts a start-up late and loses 7.6 "
-              "points: a static count is better there.",
-              "- Batch limits: with every replica serving, the autoscaler caps the running batch at the largest one whose "
-              "decode step keeps 90% of the TPOT objective. In these scenarios the cap never binds (the same figures with "
-              "and without it): TPOT misses come from prefill work sharing the mixed iterations, not from the batch.",
-              "- Not done (issue 16 item 6): a controller that also changes an instance's own parallel plan (e.g. TP4 "
-              "prefill into TP2 prefill); shapes are the two the deployment names.", ""]
+    scaled_lines, autoscaled = autoscale_lines()
+    lines += scaled_lines + reading_lines(dynamic, autoscaled)
     (HERE / "DYNAMIC.md").write_text("\n".join(lines) + "\n")
 
 
