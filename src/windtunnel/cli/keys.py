@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import typing
 
+from windtunnel.specs.modules import RECOMPUTE_MODULES
+
 PLAN_KEYS = {
     "tp": "tensor parallelism: devices sharing each layer's weights",
     "pp": "pipeline parallelism: stages the layers are split into",
@@ -19,7 +21,7 @@ PLAN_KEYS = {
     "mbs": "micro-batch size (sequences per micro-batch)",
     "recompute": "activation recomputation: none, selective (attention) or full (recompute=full:N: N layers)",
     "recompute_layers": "with full recomputation, layers per chunk recomputed (-1: all)",
-    "recompute_modules": "with selective, modules re-run, '+'-separated (core_attn, mla_up_proj, layernorm, moe_act, mlp)",
+    "recompute_modules": "with selective, modules re-run, '+'-separated (" + ", ".join(RECOMPUTE_MODULES) + ")",
     "sp": "sequence parallelism with tp > 1 (bare flag 'sp' = true)",
     "zero": "ZeRO / distributed-optimizer stage 0-3 (optimizer, + gradients, + weights sharded over dp)",
     "tp_overlap": "overlap TP communication with GEMMs (chunked, needs sp)",
