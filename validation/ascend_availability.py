@@ -28,6 +28,7 @@ def main(out: Path = Path(__file__).with_name("ASCEND_AVAILABILITY.md")) -> None
              "Simulation: 50 replications of 30 days, 95% CI.", "",
              "| recovery | spare nodes | availability (Markov) | ETTR (Markov) | availability (simulated, 95% CI) | reaches 98% |",
              "|---|---|---|---|---|---|"]
+    best: dict[str, float] = {}  # policy label -> its highest Markov availability over the spare pools
     for label, policy in POLICIES:
         for spares in SPARES:
             sc = make_scenario(10240, "catalog:ascend-cloudmatrix", f"{policy},spares={spares}", step_time_s=10.0,
@@ -35,12 +36,13 @@ def main(out: Path = Path(__file__).with_name("ASCEND_AVAILABILITY.md")) -> None
             mk = solve_markov(sc)
             sim = simulate(sc, 50, 0)
             lo, hi = sim.ci95("availability")
+            best[label] = max(best.get(label, 0.0), mk.availability)
             lines.append(f"| {label} | {spares} | {mk.availability:.2%} | {mk.ettr:.2%} | {sim.availability:.2%} "
                          f"[{lo:.2%}, {hi:.2%}] | {'yes' if mk.availability >= 0.98 else 'no'} |")
     lines += ["", "Reading: with Huawei's own figures the 98% claim holds only with process-level (30 s) recovery and a "
               "spare pool large enough that a failed node never waits for repair (about 5% of the nodes here: the "
               "26.7 daily node failures and a 24 h repair keep ~27 nodes out at any time); a job-level restart of 10 "
-              "min at this failure rate gives about 78%. The supernode MTBF is a lower bound ('over 24 hours'), so "
+              f"min at this failure rate reaches at most {best[POLICIES[1][0]]:.1%}. The supernode MTBF is a lower bound ('over 24 hours'), so "
               "these availabilities are lower bounds too. Evicting degraded optical links trades availability "
               "(more restarts) for ETTR (no slowed steps).", ""]
     out.write_text("\n".join(lines) + "\n")
