@@ -50,6 +50,9 @@ class Op:
     host_sync: after issuing this operator the host waits until its inputs are done on the device,
         because it must read a value they computed (e.g. MoE token counts, which size the dispatch
         and the grouped GEMMs); the next operator is issued only then, so the device may drain.
+    tp_chunked: for a TP all-gather or reduce-scatter, whether it is a linear layer's own collective,
+        which TP-communication overlap (TE userbuffers, MC2) pipelines with its GEMM in chunks; the MoE
+        dispatcher's explicit expert-TP collectives are not.
     """
 
     name: str
@@ -74,6 +77,7 @@ class Op:
     host_sync: bool = False
     unvectorized: float = 0.0
     kernel: str = ""
+    tp_chunked: bool = True
 
     @property
     def is_comm(self) -> bool:

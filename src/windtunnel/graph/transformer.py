@@ -110,9 +110,9 @@ class _Builder:
                              host_sync=host_sync, backward_bytes=backward_bytes, unvectorized=unvectorized))
 
     def comm(self, name: str, kind: str, group: str, message_bytes: float, deps: tuple[int, ...], fanout: int = 1,
-             host_ops: float = 1.0, backward_bytes: float | None = None) -> int:
+             host_ops: float = 1.0, backward_bytes: float | None = None, tp_chunked: bool = True) -> int:
         return self.g.add(Op(name, kind, stream=group, bytes_moved=message_bytes, group=group, deps=deps, fanout=fanout,
-                             host_ops=host_ops, backward_bytes=backward_bytes))
+                             host_ops=host_ops, backward_bytes=backward_bytes, tp_chunked=tp_chunked))
 
     # -- TP boundaries -------------------------------------------------------------------------
     def enter_tp(self, name: str, deps: tuple[int, ...]) -> tuple[int, ...]:
@@ -383,7 +383,7 @@ class _Builder:
             # group's tokens) are all-gathered over it, each rank computes 1/etp of every expert's width, and
             # the outputs are reduce-scattered back.
             gathered = ACT_BYTES * (tokens * s.ep if s.gather_dispatch else received) * m.hidden * s.etp
-            expert_input = (self.comm("expert_tp_gather", "all_gather", "tp", gathered, expert_input),)
+            expert_input = (self.comm("expert_tp_gather", "all_gather", "tp", gathered, expert_input, tp_chunked=False),)
             per_expert, received = per_expert * s.etp, received * s.etp
         indexed = s.gather_dispatch and s.gather_index_passes is not None
         if s.ep > 1 and local_experts > 1 and not indexed:
@@ -400,7 +400,7 @@ class _Builder:
             down = self.memory("unsort_by_expert", received * m.hidden, (down,), passes=2.0, host_ops=3.0)
         if s.etp > 1:
             scattered = tokens * s.ep * s.etp if s.gather_dispatch else received
-            down = self.comm("expert_tp_scatter", "reduce_scatter", "tp", ACT_BYTES * scattered * m.hidden, (down,))
+            down = self.comm("expert_tp_scatter", "reduce_scatter", "tp", ACT_BYTES * scattered * m.hidden, (down,), tp_chunked=False)
         if s.gather_dispatch and s.ep > 1:
             combine = self.comm("combine", "reduce_scatter", "ep", ACT_BYTES * tokens * m.hidden * s.ep, (down,))
         else:

@@ -156,7 +156,7 @@ class LayerCoster:
             # tp > 1 or ep > 1 turns the TE layer's userbuffer overlap off; MindSpeed's MC2 replaces
             # only the non-expert Column/RowParallelLinear), so the expert-TP gather and
             # reduce-scatter run whole before and after the expert GEMMs.
-            if op.group == "tp" and op.kind in ("all_gather", "reduce_scatter") and not op.name.startswith("expert_tp_"):
+            if op.group == "tp" and op.kind in ("all_gather", "reduce_scatter") and op.tp_chunked:
                 pieces[index] = TP_OVERLAP_CHUNKS
                 for dep in op.deps:
                     if graph.ops[dep].kind == "gemm":
