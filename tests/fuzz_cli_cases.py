@@ -364,7 +364,7 @@ def _options(verb: str) -> dict[str, str]:
                             "--startup": "duration", "--interval": "duration", "--target": "float"},
         "infer search": {"--model": "model-file", "--hardware": "hardware-file", "--devices": "huge",
                          "--traffic": "traffic", "--slo": "slo", "--attainment": "float", "--objective": "choice",
-                         "--price": "float", "--seed": "seed", "--top": "posint", "--baseline": "deployment",
+                         "--price": "price", "--seed": "seed", "--top": "posint", "--baseline": "deployment",
                          "--mode": "choice", "--router": "choice", "--requests": "int", "--workers": "posint",
                          "--what-if": "what-if"},
         "calibrate training": {"--hardware": "hardware-file", "--framework": "stack"},

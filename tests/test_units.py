@@ -58,6 +58,8 @@ CASES = [
      ["train", "job", *TRAIN, "--tokens", "10B", "--checkpoint-every", "30min", "--replications", "2"]),
     (["train", "job", *TRAIN, "--tokens", "10B", "--storage-bandwidth", "2000"], "storage-bandwidth", ("TB/s",)),
     (["train", "job", *TRAIN, "--tokens", "10B", "--price", "2.5"], "price", ("device-hour",)),
+    (["infer", "search", *SERVE, "--devices", "8", "--slo", "ttft=2s,tpot=100ms", "--price", "2.5"], "price",
+     ("device-hour",)),
     (["train", "job", *TRAIN, "--tokens", "10B", "--energy-price", "0.08"], "energy-price", ("kWh",)),
     (["train", "job", *TRAIN, "--tokens", "10B", "--device-power", "700"], "device-power", ("W",)),
     (["train", "search", *TRAIN, "--faults", "catalog:llama3-54day", "--checkpoint-every", "30"], "checkpoint-every",
@@ -144,3 +146,16 @@ def test_avail_optimize_and_target_warn(verb, extra):
     argv = ["avail", verb, *AVAIL, "--checkpoint-every", "30s", "--checkpoint-cost", "60s", *extra]
     assert any("checkpoint cost (60 s)" in w for w in json.loads(invoke(*argv, "--json").stdout)["warnings"])
     assert "warning: checkpoint cost (60 s)" in invoke(*argv).stdout
+
+
+def test_infer_search_price_keeps_its_currency():
+    """`infer search --price` takes the unit `train job --price` takes; the cost is shown in the price's currency."""
+    argv = ["infer", "search", "--model", "llama3-8b", "--hardware", "h100-sxm", "--devices", "4", "--traffic",
+            "poisson:rate=2,input=512,output=64,requests=60", "--slo", "ttft=2s,tpot=100ms", "--requests", "60",
+            "--workers", "1", "--top", "2", "--price", "EUR1.9/gpu-hour"]
+    doc = json.loads(invoke(*argv, "--json").stdout)
+    assert doc["objective"] == "cost" and doc["currency"] == "EUR" and doc["price_per_device_hour"] == 1.9
+    assert doc["best"]["cost_per_hour"] == 1.9 * doc["best"]["devices"]
+    assert "EUR 1.9 per device-hour" in doc["objective_text"]
+    text = invoke(*argv).stdout
+    assert f"cost EUR {doc['best']['cost_per_hour']:,.2f}/h" in text

@@ -195,7 +195,8 @@ def search_cmd(
     objective: str | None = typer.Option(None, help="devices (fewest devices that serve the traffic; default), cost "
                                          "(lowest cost; default with --price) or goodput (most goodput at the "
                                          "attainment within --devices)."),
-    price: float | None = typer.Option(None, help="USD per device-hour (reports cost; objective cost)."),
+    price: str | None = typer.Option(None, help="Price per device-hour, e.g. 2.5/device-hour or EUR1.9/npu-hour "
+                                     "(reports cost; objective cost)."),
     seed: int = SEED,
     top: int = typer.Option(10, help="Deployments to show."),
     baseline: str | None = typer.Option(None, help="A deployment to compare with at the same offered load."),
@@ -226,6 +227,10 @@ def search_cmd(
         return
     infer_dag.refuse_dag_options(None, batch_shape)
     _, traffic, slo = _llm_required("", traffic, slo)
+    from windtunnel.job.units import parse_device_hour_price
+
+    # A price carries its unit, as `train job --price` does: a bare number is refused, not read as USD.
+    price_value, currency = parse_device_hour_price(price) if price is not None else (None, "")
     from windtunnel.infer.explain import searched_hardware
     from windtunnel.infer.search import search_deployments
     from windtunnel.infer.search_report import search_table, write_search_html
@@ -238,7 +243,8 @@ def search_cmd(
             document = search_deployments(model, hardware, devices, traffic, slo=slo, seed=seed, top=top,
                                           baseline=baseline, mode=mode, requests=requests or None, workers=workers,
                                           attainment=attainment, objective=objective if objective is not None else ("cost" if price else "devices"),
-                                          price_per_device_hour=price, backend=runner, progress=progress,
+                                          price_per_device_hour=price_value, currency=currency, backend=runner,
+                                          progress=progress,
                                           router=router)
     finally:
         runner.close()

@@ -5,7 +5,7 @@ Objectives (``objective``):
 * ``devices`` (default): the fewest devices whose deployment serves the traffic with SLO attainment >=
   ``attainment`` (default 0.99) and without overload (:func:`windtunnel.infer.metrics.load_summary`); ties go
   to the higher attainment, then the higher goodput, then the lower TTFT p90.
-* ``cost``: the same with a price per device-hour (``price_per_device_hour``, USD): the lowest cost per hour
+* ``cost``: the same with a price per device-hour (``price_per_device_hour``, in the price's currency): the lowest cost per hour
   (the space holds one chip, so the order is the devices order; the figures are reported).
 * ``goodput``: with the ``devices`` budget fixed, the most goodput at the attainment target: each deployment's
   highest sustainable load (the traffic's arrivals sped up by a factor found by doubling, then bisection) at
@@ -325,10 +325,11 @@ def search_deployments(model: str | ModelSpec, hardware: str, devices: int, traf
                        slo: str | SLO | dict | None = "ttft=2s,tpot=100ms", seed: int = 0, top: int = 10,
                        baseline: str | None = None, mode: str = "both", requests: int | None = DEFAULT_REQUESTS,
                        workers: int | None = None, attainment: float = DEFAULT_ATTAINMENT, objective: str = "devices",
-                       price_per_device_hour: float | None = None, backend="local", address: str | None = None,
-                       progress: Callable[[str, int, int], None] | None = None, router: str | None = None) -> dict:
+                       price_per_device_hour: float | None = None, currency: str = "", backend="local",
+                       address: str | None = None, progress: Callable[[str, int, int], None] | None = None, router: str | None = None) -> dict:
     """Search deployments of ``model`` on at most ``devices`` devices of ``hardware`` that serve ``traffic`` with
-    SLO attainment >= ``attainment`` (see the module docstring for the objectives). ``backend``: 'local', 'ray'
+    SLO attainment >= ``attainment`` (see the module docstring for the objectives). ``price_per_device_hour``: in
+    ``currency`` ('' when the price was given without one) per device-hour. ``backend``: 'local', 'ray'
     or an object with ``map``/``close``. ``progress(phase, done, total)`` is called as candidates finish.
     ``router`` (e.g. cache_aware for a trace with block hashes) replaces every candidate's router.
     Returns a JSON-ready document: ``feasible`` (False with a ``reason`` when nothing qualifies),
@@ -349,10 +350,11 @@ def search_deployments(model: str | ModelSpec, hardware: str, devices: int, traf
         raise WindtunnelError(f"Field 'attainment' is {attainment}; valid: a fraction in (0, 1], e.g. 0.99.",
                               field="attainment")
     if objective == "cost" and price_per_device_hour is None:
-        raise WindtunnelError("Objective 'cost' needs a price (field 'price': USD per device-hour, e.g. --price 2.5).",
+        raise WindtunnelError("Objective 'cost' needs a price (field 'price': per device-hour, e.g. --price "
+                              "2.5/device-hour).",
                               field="price")
     if price_per_device_hour is not None and not price_per_device_hour > 0:
-        raise WindtunnelError(f"Field 'price' is {price_per_device_hour}; valid: a positive USD per device-hour.",
+        raise WindtunnelError(f"Field 'price' is {price_per_device_hour}; valid: a positive price per device-hour.",
                               field="price")
     if top < 1:
         raise WindtunnelError(f"Field 'top' must be a positive integer, got {top}.", field="top")
@@ -425,13 +427,15 @@ def search_deployments(model: str | ModelSpec, hardware: str, devices: int, traf
     warnings = deployment_slo_warnings(spec, hardware, shown["deployment"], slo_spec, int(workload.prompt.min())) \
         if shown is not None and workload.size else []
     label = {"devices": f"fewest devices with SLO attainment >= {attainment:.1%} at the offered load, not overloaded",
-             "cost": f"lowest cost per hour (USD {price_per_device_hour} per device-hour) with SLO attainment >= "
+             "cost": f"lowest cost per hour ({(currency + ' ') if currency else ''}{price_per_device_hour} per device-hour) "
+                     f"with SLO attainment >= "
                      f"{attainment:.1%} at the offered load, not overloaded",
              "goodput": f"most goodput at SLO attainment >= {attainment:.1%} within {devices} devices (highest "
                         "sustainable load, arrivals sped up)"}[objective]
     return {
         "model": spec.id, "hardware": hardware, "devices": devices, "mode": mode, "objective": objective,
         "objective_text": label, "attainment_target": attainment, "price_per_device_hour": price_per_device_hour,
+        "currency": currency,
         "slo": {"ttft_s": slo_spec.ttft_s, "tpot_s": slo_spec.tpot_s}, "seed": seed, "traffic": workload.summary(),
         "offered_rate": offered, "feasible": best is not None, "reason": reason, "closest": closest,
         "deployments": winners, "best": best,

@@ -1,6 +1,6 @@
 """Outputs of the serving deployment search: the text table (rich) and a self-contained HTML report.
 
-Rates are requests per second, latencies seconds (shown in ms), costs USD.
+Rates are requests per second, latencies seconds (shown in ms), costs per hour in the price's currency.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ def _rate(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def row_text(row: dict) -> str:
-    """One line for a result row: deployment, devices, attainment, goodput, served vs offered, overload."""
+def row_text(row: dict, currency: str = "") -> str:
+    """One line for a result row: deployment, devices, attainment, goodput, served vs offered, overload, and the
+    cost per hour (in ``currency``, the price's, '' when it was given without one)."""
     text = (f"{row['deployment']}: {row['devices']} devices, SLO attainment {row['attainment']:.1%}, goodput "
             f"{row['goodput_requests_per_s']:.3f} req/s, served {_rate(row['served_rate'])} of "
             f"{_rate(row['offered_rate'])} req/s offered")
@@ -30,7 +31,7 @@ def row_text(row: dict) -> str:
     if row["overloaded"]:
         text += ", OVERLOADED"
     if row.get("cost_per_hour") is not None:
-        text += f", USD {row['cost_per_hour']:,.2f}/h"
+        text += f", cost {(currency + ' ') if currency else ''}{row['cost_per_hour']:,.2f}/h"
     return text
 
 
@@ -52,6 +53,8 @@ def search_table(document: dict, console, *, wide: bool = False) -> None:
     the table fits 80 columns (deployment last, folded; headers explained under it); ``wide``: the full table."""
     from rich import box
     from rich.table import Table
+
+    cur = document.get("currency", "")
 
     console.print(f"objective: {document['objective_text']}; SLO ttft={document['slo']['ttft_s']} s, "
                   f"tpot={document['slo']['tpot_s']} s; offered {_rate(document['offered_rate'])} req/s")
@@ -83,16 +86,16 @@ def search_table(document: dict, console, *, wide: bool = False) -> None:
     if not document["feasible"]:
         console.print(f"[bold]{document['reason']}[/]")
     else:
-        console.print("[bold]best[/]: " + row_text(document["best"]))
+        console.print("[bold]best[/]: " + row_text(document["best"], cur))
         for kind in ("colocated", "disaggregated"):
             row = document[f"best_{kind}"]
-            console.print(f"best {kind}: " + (row_text(row) if row else "none among the winners"))
+            console.print(f"best {kind}: " + (row_text(row, cur) if row else "none among the winners"))
     baseline = document.get("baseline")
     if baseline:
         if not baseline["feasible"]:
             console.print(f"baseline {baseline['deployment']}: infeasible ({baseline['reason']})")
         else:
-            console.print(f"baseline {row_text(baseline)}; best: {_gain_text(baseline.get('gain'))}")
+            console.print(f"baseline {row_text(baseline, cur)}; best: {_gain_text(baseline.get('gain'))}")
     counts = document["candidates"]
     stop = "" if counts.get("screened_all", True) else \
         f" (screening stopped after {counts['stopped_at_devices']} devices: enough winners with fewer)"
@@ -110,6 +113,8 @@ def write_search_html(document: dict, path: str | Path) -> None:
     import plotly.graph_objects as go
     from plotly.io import to_html
 
+    cur = document.get("currency", "")
+
     rows = document["deployments"]
     figure = go.Figure()
     for kind in ("colocated", "disaggregated"):
@@ -123,10 +128,10 @@ def write_search_html(document: dict, path: str | Path) -> None:
         f"<td>{r['devices']}</td><td>{r['attainment']:.1%}</td><td>{r['goodput_requests_per_s']:.3f}</td>"
         f"<td>{_rate(r['served_rate'])} / {_rate(r['offered_rate'])}</td></tr>" for r in rows)
     best = f"<li><b>{html.escape(document['reason'])}</b></li>" if not document["feasible"] else \
-        f"<li>best: {html.escape(row_text(document['best']))}</li>"
+        f"<li>best: {html.escape(row_text(document['best'], cur))}</li>"
     baseline = document.get("baseline")
     if baseline and baseline.get("feasible"):
-        best += f"<li>baseline {html.escape(row_text(baseline))}; best: {html.escape(_gain_text(baseline.get('gain')))}</li>"
+        best += f"<li>baseline {html.escape(row_text(baseline, cur))}; best: {html.escape(_gain_text(baseline.get('gain')))}</li>"
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>windtunnel serving search</title>
 {STYLE}
 </head><body><h1>Serving search: {html.escape(document['model'])} on up to {document['devices']} x
