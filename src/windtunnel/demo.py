@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
 from windtunnel.api import simulate_training
 from windtunnel.report.trace import trace_json
@@ -13,27 +12,49 @@ from windtunnel.specs.hardware import chip_names, cluster_names
 from windtunnel.specs.model import model_names
 from windtunnel.specs.yamlio import write_atomic
 
-GIB = float(2**30)
-
 
 def _plan_table(console: Console, title: str, model: str, hardware: str, devices: int, seq_len: int,
                 global_batch: int, plans: list[str]) -> list:
-    table = Table(title=title)
-    for column in ("plan", "step s", "tokens/s/device", "MFU", "peak GiB", "fits", "largest non-compute share"):
-        table.add_column(column, justify="right" if column not in ("plan", "largest non-compute share") else "left",
-                         overflow="fold")
-    results = []
-    for plan in plans:
-        result = simulate_training(model, hardware, devices, seq_len=seq_len, global_batch=global_batch, plan=plan,
-                                   keep_trace=True)
-        results.append(result)
-        others = {k: v for k, v in result.breakdown.items() if k != "compute"}
-        top = max(others.items(), key=lambda kv: kv[1]) if others else ("-", 0.0)
-        table.add_row(plan, f"{result.step_time_s:.2f}", f"{result.tokens_per_s_per_device:,.0f}", f"{result.mfu:.1%}",
-                      f"{result.peak_memory_bytes / GIB:.1f}", "yes" if result.feasible else "[red]no[/]",
-                      f"{top[0]} {top[1] / result.step_time_s:.0%}")
+    """Simulate ``plans`` and print them as the search tables do: one line per plan within 80 columns, the keys
+    the plans share under the table (report/plan_columns.py)."""
+    from windtunnel.report.plan_columns import narrow_plan_table
+
+    results = [simulate_training(model, hardware, devices, seq_len=seq_len, global_batch=global_batch, plan=plan,
+                                 keep_trace=True) for plan in plans]
+    rows = [{"rank": i + 1, "plan": r.plan, "step_time_s": r.step_time_s, "tokens_per_s": r.tokens_per_s,
+             "mfu": r.mfu, "peak_memory_bytes": r.peak_memory_bytes,
+             "memory_headroom_bytes": r.memory_capacity_bytes - r.peak_memory_bytes, "breakdown": r.breakdown}
+            for i, r in enumerate(results)]
+    table, footer = narrow_plan_table(title, rows)
     console.print(table)
+    unfit = [str(i + 1) for i, r in enumerate(results) if not r.feasible]
+    if unfit:
+        console.print(f"does not fit in device memory: plan {', '.join(unfit)} (negative 'free')", style="red")
+    for line in footer[:-1]:  # the last footer line repeats the best plan; the tour names it itself
+        console.print(line, markup=False, highlight=False)
     return results
+
+
+def _accuracy(console: Console) -> None:
+    """The accuracy over every validation file: the committed report when run from a checkout, else the packaged
+    error bands (catalog/bands.yaml, generated from the same rows), so an installed package says it too."""
+    from windtunnel.train.uncertainty import load_bands
+
+    report = Path("validation/ACCURACY.md")
+    if report.exists():
+        for line in report.read_text(encoding="utf-8").splitlines():
+            if line.startswith(("- validation rows", "- calibration rows", "- ranking")):
+                console.print(line.lstrip("- ").replace("**", ""), markup=False, highlight=False)
+        console.print("per stack, chip and dense/MoE: validation/ACCURACY.md (regenerate with `make validate`)")
+        return
+    bands = load_bands()
+    if not bands:
+        return
+    every = bands["all"]
+    low, high = every["band"]["ratio"]
+    console.print(f"{every['validation_rows']} validation rows of published runs ({len(every['stacks'])} stacks, "
+                  f"{len(every['chips'])} chips): measured / predicted step time median {every['own']['median_ratio']:.3f}, "
+                  f"10th-90th percentile {low:.3f}-{high:.3f} (packaged catalog/bands.yaml)")
 
 
 def main() -> None:
@@ -109,12 +130,7 @@ def main() -> None:
                 ])
 
     console.rule("accuracy")
-    report = Path("validation/REPORT.md")
-    if report.exists():
-        for line in report.read_text(encoding="utf-8").splitlines():
-            if line.startswith("- validation rows") or line.startswith("- calibration rows"):
-                console.print(line.lstrip("- ").replace("**", ""))
-        console.print("full table: validation/REPORT.md (regenerate with `make validate`)")
+    _accuracy(console)
     console.print("\nnext: `windtunnel train simulate --help`, `windtunnel validate training validation/training_runs.csv`")
 
 
