@@ -98,3 +98,18 @@ def test_html_reports_put_wide_tables_in_scrolling_boxes(tmp_path):
     assert "overflow-x:auto" in page and '<div class="scroll"><table>' in page
     counts = page.split("<h2>Candidates</h2>", 1)[1][:4000]
     assert counts.startswith('<div class="scroll"><table>') and '"enumerated"' not in counts  # a table, not JSON
+
+
+def test_train_job_phase_table_fits_80_columns_with_whole_headers():
+    proc = _run("train", "job", "--model", "llama3-8b", "--hardware", "h100-sxm", "--devices", "256",
+                "--phase", "name=pretrain-8k,seq=8192,tokens=1T,batch=512,plan=tp=1;zero=3",
+                "--phase", "name=long-128k,seq=131072,tokens=50B,batch=32,plan=tp=8;cp=4", "--replications", "2")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    table = lines[:next(i for i, line in enumerate(lines) if line.startswith("step s:"))]
+    assert max(len(line) for line in table) <= 80 and "…" not in proc.stdout
+    header = next(line for line in lines if line.startswith("phase"))
+    assert header.split() == ["phase", "seq", "tokens", "step", "s", "tok/s", "ETTR", "ckpt", "s", "every", "min",
+                              "wall", "d", "intr"]
+    assert any(line.startswith("pretrain-8k") for line in lines) and any(line.startswith("long-128k") for line in lines)
+    assert any(line.startswith("step s: step time (s)") for line in lines)  # the short headers are explained

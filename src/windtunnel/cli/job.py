@@ -117,18 +117,40 @@ def train_job(
             console.print(f"written: {path}")
 
 
+def _si(value: float) -> str:
+    """A large count in 4 characters or so: 2.63M, 512k, 940."""
+    for scale, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g}{suffix}"
+    return f"{value:.3g}"
+
+
+# (header, how a phase fills it): short headers with their units so the table fits 80 columns; explained below it.
+PHASE_COLUMNS = [("phase", lambda p: p["name"]), ("seq", lambda p: str(p["seq_len"])),
+                 ("tokens", lambda p: p["tokens_text"]), ("step s", lambda p: f"{p['step_time_s']:.3g}"),
+                 ("tok/s", lambda p: _si(p["tokens_per_s"])), ("ETTR", lambda p: f"{p['ettr']:.4f}"),
+                 ("ckpt s", lambda p: f"{p['checkpoint']['write_s']:.3g}"),
+                 ("every min", lambda p: f"{p['checkpoint']['every_s'] / 60:.3g}"),
+                 ("wall d", lambda p: f"{p['wall_s'] / 86400:.2f}"), ("intr", lambda p: f"{p['interruptions']:.0f}")]
+
+
 def _print(doc: dict) -> None:
+    from rich import box
+
     table = Table(title=f"train job: {doc['model']} on {doc['devices']} x {doc['hardware']}, {doc['faults']}, "
-                        f"{doc['policy']}")
-    for col in ("phase", "seq", "tokens", "step", "tokens/s", "ETTR", "ckpt write", "ckpt every", "wall",
-                "interruptions"):
-        table.add_column(col, justify="right")
-    for p in doc["phases"]:
-        table.add_row(p["name"], str(p["seq_len"]), p["tokens_text"], f"{p['step_time_s']:.3g} s",
-                      f"{p['tokens_per_s']:.4g}", f"{p['ettr']:.4f}", f"{p['checkpoint']['write_s']:.3g} s",
-                      f"{p['checkpoint']['every_s'] / 60:.3g} min", f"{p['wall_s'] / 86400:.2f} d",
-                      f"{p['interruptions']:.0f}")
+                        f"{doc['policy']}", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1),
+                  collapse_padding=True)
+    body = [[cell(p) for _, cell in PHASE_COLUMNS] for p in doc["phases"]]
+    for i, (col, _) in enumerate(PHASE_COLUMNS):
+        width = max([len(col), *(len(cells[i]) for cells in body)])
+        # Numbers never wrap; a long phase name folds instead.
+        table.add_column(col, justify="left" if col == "phase" else "right", no_wrap=col != "phase",
+                         min_width=None if col == "phase" else width, overflow="fold")
+    for cells in body:
+        table.add_row(*cells)
     console.print(table)
+    console.print("step s: step time (s); tok/s: tokens per second; ckpt s: checkpoint write (s); every min: "
+                  "checkpoint interval (min); wall d: wall time (days); intr: interruptions", markup=False)
     energy = "n/a (no board power)" if doc["energy_kwh"] is None else f"{doc['energy_kwh'] / 1e3:,.0f} MWh (PUE {doc['pue']:g})"
     cost = "null (no --price)" if doc["cost"] is None else f"{doc['cost']:,.0f} {doc['currency'] or ''}".strip()
     console.print(f"time to train {doc['time_to_train_days']:.2f} days (fault-free {doc['fault_free_time_s'] / 86400:.2f}); "
