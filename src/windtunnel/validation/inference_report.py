@@ -11,6 +11,7 @@ import csv
 from pathlib import Path
 
 from windtunnel.infer.deployment import serving_defaults
+from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.yamlio import catalog_dir, read_yaml
 from windtunnel.validation.rows import (
     RowResult,
@@ -119,6 +120,31 @@ def _notes() -> dict[str, str]:
     return {str(k): str(v) for k, v in (doc.get("notes") or {}).items()}
 
 
+def _systems_line(csv_path: str) -> str:
+    """Which catalog entries describe the rows' serving systems, and which systems none does."""
+    from windtunnel.infer.systems import lookup_system
+    from windtunnel.validation.inference import read_rows, serving_system
+
+    try:
+        rows = read_rows(csv_path)
+    except WindtunnelError:
+        return ""
+    known: dict[str, tuple[str, ...]] = {}
+    unknown: set[str] = set()
+    for row in rows:
+        system = lookup_system(row.get("serving_system"))
+        if system.known:
+            known[serving_system(row)] = system.entries
+        else:
+            unknown.add(serving_system(row))
+    described = "; ".join(f"{name} ({', '.join(entries)})" for name, entries in sorted(known.items()))
+    return ("**Serving systems.** What a row's serving system does where the row does not say (KV precision, "
+            "scheduler, two-batch overlap, expert kernels) is catalog data, `deployments/serving.yaml` `systems`, "
+            "looked up by the system's name without parenthesised details (`infer/systems.py`; a stated column "
+            f"such as `kv_precision` wins). Described: {described or 'none'}. Not in the catalog (its "
+            f"`system_defaults` apply): {', '.join(sorted(unknown)) or 'none'}.")
+
+
 def report_markdown(results: list[RowResult], summary: dict, csv_path: str) -> str:
     """The report's Markdown (see the module docstring)."""
     files = _files(csv_path)
@@ -134,7 +160,8 @@ def report_markdown(results: list[RowResult], summary: dict, csv_path: str) -> s
     lines += ["", "**How rows are predicted.** Single-iteration rows (prefill or decode tokens/s per device with a "
               "batch per device) are one iteration of the stated shape from the iteration-time model. Static-batch rows "
               "run the simulator with the whole batch arriving at once. Closed-loop rows (`concurrency`) run the "
-              "simulator with that many clients and read means over the steady window.", "", PHYSICS, "",
+              "simulator with that many clients and read means over the steady window.", "", _systems_line(csv_path), "",
+              PHYSICS, "",
               "## Summary", "", *summary_lines(summary)]
     lines += slice_lines("Validation error by CSV, architecture and model", results,
                          lambda r: [f"file: {files.get(r.id, '?')}", f"arch: {r.arch}", f"model: {r.model}"])
