@@ -147,6 +147,19 @@ def _tbo(row: dict, notes: list[str]) -> bool:
     return tbo
 
 
+def _moe_imbalance(row: dict, model: ModelSpec, notes: list[str]) -> float | None:
+    """Tokens on the busiest expert rank / the balanced share, as the row's serving system and its stated options
+    set it (catalog serving.yaml; None: the catalog's default, balanced routing)."""
+    system = row_system(row)
+    value = system.get("moe_imbalance")
+    if value is None or model.moe is None:
+        return None
+    if float(value) != 1.0:
+        notes.append(f"MoE routing imbalance {float(value):g} on the busiest expert rank ({system.name}: "
+                     f"{system.origin.get('moe_imbalance')}, catalog serving.yaml)")
+    return float(value)
+
+
 def _kv_precision(row: dict, precision: str, notes: list[str]) -> str:
     """The row's kv_precision when stated, else its serving system's KV precision at the row's weight precision
     and architecture (catalog serving.yaml ``systems``; an unknown system gets ``system_defaults``)."""
@@ -173,7 +186,8 @@ def build_instance(row: dict, model: ModelSpec, notes: list[str], *, batching: s
     role = (row.get("role") or "mixed").strip()
     spec = InstanceSpec(role=role, tp=tp, dp=dp, ep=ep if model.moe is not None else None, pp=_int(row, "pp") or 1,
                         precision=precision, kv=_kv_precision(row, precision, notes), tbo=_tbo(row, notes),
-                        batching=batching, admission=admission, max_batch=max_batch, max_tokens=max_tokens)
+                        batching=batching, admission=admission, max_batch=max_batch, max_tokens=max_tokens,
+                        moe_imbalance=_moe_imbalance(row, model, notes))
     plan = resolve_instance(model, row["hardware"].strip(), spec)
     return plan
 
