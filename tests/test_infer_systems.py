@@ -103,3 +103,25 @@ def test_every_validation_row_names_a_catalogued_system() -> None:
     from conftest import REPO
 
     assert unknown_systems(read_rows(REPO / "validation")) == []
+
+
+def test_eplb_option_puts_the_measured_imbalance_on_the_busiest_rank() -> None:
+    """SGLang's stated 'EPLB' gives the sourced 1.109 (TensorRT-LLM tech blog 4 Table 1); 'simulated perfect
+    EPLB' stays balanced; the busiest rank's expert GEMMs and its dispatch/combine traffic grow with it."""
+    from conftest import REPO
+    from windtunnel.infer.iteration import IterationModel
+
+    rows = {r["id"]: r for r in read_rows(REPO / "validation")}
+    plans = {}
+    for rid in ("I08a", "I08b"):
+        row = rows[rid]
+        plans[rid] = build_instance(row, _model(row), [])
+    assert plans["I08a"].moe_imbalance == pytest.approx(1.109)
+    assert plans["I08b"].moe_imbalance == 1.0
+    model = _model(rows["I08a"])
+    real, perfect = (IterationModel(model, plans[r], system="SGLang") for r in ("I08a", "I08b"))
+    tr = 16384
+    comm_ratio = real._group_parts(tr)[3] / perfect._group_parts(tr)[3]
+    assert 1.05 < comm_ratio < 1.12  # the two all-to-alls scale with the hot rank's tokens
+    assert real._expert_part(tr * plans["I08a"].dp) > 1.05 * perfect._expert_part(tr * plans["I08b"].dp)
+    assert real.base(tr * plans["I08a"].dp) > perfect.base(tr * plans["I08b"].dp)

@@ -74,6 +74,13 @@ PHYSICS = """**Kernel physics added for MoE (issue 16 item 2), none fitted to ro
 - *Expert activation memory* is split over expert-TP ranks (A31 fits on 2 A100 as measured).
 - *KV precision of TensorRT-LLM 0.9 Mixtral rows*: the source's checkpoint configs set `kv_cache_quant_algo`
   FP8 for Llama-2 only, so Mixtral's KV stays 16-bit.
+- *Expert-parallel routing imbalance under EPLB* (`serving.yaml` SGLang option `eplb`). EPLB places redundant
+  experts from load statistics, but real routing stays imbalanced: TensorRT-LLM's tech blog 4 (Table 1,
+  DeepSeek-R1, EP32, offline EPLB with 288 slots, a machine-translation dataset) measures the busiest rank at
+  1.109x the mean routed tokens (2.56x without EPLB). The busiest rank runs its expert GEMMs on that many tokens
+  and receives that many in the dispatch (and sends them back in the combine), so the all-to-all lasts as long
+  as its traffic. SGLang's "simulated perfect EPLB" stays balanced, as do DeepSeek's profile rows (balanced
+  routing simulated). Not taken from the I08a/I08b pair: it closes about a third of their gap.
 - *The fit itself*: the calibration's Nelder-Mead search runs on parameters scaled to their priors (the host
   time in milliseconds) and restarts once from its best point; unscaled, a physics change could leave it at a
   worse point than its start (rms log error 0.149 against 0.050).
