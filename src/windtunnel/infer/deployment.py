@@ -82,6 +82,7 @@ def serving_defaults() -> dict:
     defaults = dict(doc.get("defaults") or {})
     defaults["models"] = doc.get("models") or {}
     defaults["systems"] = doc.get("systems") or {}
+    defaults["system_defaults"] = doc.get("system_defaults") or {}
     fitted_path = catalog_dir("deployments", "calibration.yaml")
     if fitted_path.exists():
         fitted = (read_yaml(fitted_path) or {}).get("fitted") or {}

@@ -283,8 +283,13 @@ class IterationModel:
                 moe_compute += self._mlp_block(tr, width)
             moe_comm = tp_ar  # attention output all-reduce
             if p.ep > 1:
-                # Each rank of the busiest TP group dispatches its 1/tp share of the group's tokens.
-                per_rank = tr / p.tp
+                # Each rank of the busiest TP group dispatches its 1/tp share of the group's tokens. The all-to-all
+                # lasts as long as its busiest rank: the hottest expert rank receives moe_imbalance times the
+                # balanced share of routed tokens in the dispatch and sends as many back in the combine
+                # (LMSYS 2025-05-05 large-scale-EP blog, "Detail Breakdown": with real routing "communication
+                # kernels exhibit longer execution times and higher variance ... likely due to greater expert
+                # imbalance"). 1.0 under balanced routing, so balanced deployments are unchanged.
+                per_rank = tr / p.tp * p.moe_imbalance
                 dispatch_bytes = 1.0 if self.precision in ("fp8", "int8") else ACT
                 fanout = moe.topk if self.dispatch_dedup else 1
                 moe_comm += self._collective("all_to_all", dispatch_bytes * per_rank * moe.topk * h, self.ep_group,

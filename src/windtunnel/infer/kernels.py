@@ -94,18 +94,16 @@ class ExpertKernel:
 
 
 def expert_kernel(system: str | None, generation: str, precision: str) -> ExpertKernel:
-    """The expert-GEMM kernel class of ``system`` on ``generation`` at deployment ``precision`` (the
-    catalog's ``systems`` entry whose name starts the system's name; default: the dense kernels)."""
-    from windtunnel.infer.deployment import serving_defaults
+    """The expert-GEMM kernel class of ``system`` on ``generation`` at deployment ``precision``: the
+    ``moe_gemm`` setting of the catalog's ``systems`` entries that apply to it (the lookup rule of
+    windtunnel.infer.systems); default: the dense kernels."""
+    from windtunnel.infer.systems import lookup_system
 
     if not system:
         return ExpertKernel()
-    for name, entry in (serving_defaults().get("systems") or {}).items():
-        if not system.startswith(str(name)):
-            continue
-        moe = (entry or {}).get("moe_gemm") or {}
-        rule = (moe.get(generation) or {}).get(precision) or {}
-        if rule:
-            return ExpertKernel(rule.get("precision"), rule.get("weight_bytes"), float(rule.get("rate_share", 1.0)),
-                                str(rule.get("note", "")))
-    return ExpertKernel()
+    moe = lookup_system(system).get("moe_gemm") or {}
+    rule = (moe.get(generation) or {}).get(precision) or {}
+    if not rule:
+        return ExpertKernel()
+    return ExpertKernel(rule.get("precision"), rule.get("weight_bytes"), float(rule.get("rate_share", 1.0)),
+                        str(rule.get("note", "")))

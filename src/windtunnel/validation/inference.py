@@ -28,6 +28,7 @@ import yaml
 from windtunnel.infer.deployment import InstanceSpec, resolve_instance, serving_defaults
 from windtunnel.infer.iteration import IterationModel
 from windtunnel.infer.sim import Simulator
+from windtunnel.infer.systems import ServingSystem, lookup_system, system_name
 from windtunnel.infer.traffic import Workload
 from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.hardware import chip_names, load_chip
@@ -90,7 +91,12 @@ def row_role(row: dict) -> str:
 
 def serving_system(row: dict) -> str:
     """The serving system's name without the parenthesised details ('TensorRT-LLM 0.5', 'NVIDIA NIM 1.8.0')."""
-    return (row.get("serving_system") or "").split("(")[0].strip() or "unknown"
+    return system_name(row.get("serving_system")) or "unknown"
+
+
+def unknown_systems(rows: list[dict]) -> list[str]:
+    """Serving systems of ``rows`` that no catalog entry describes (they get the catalog's system_defaults)."""
+    return sorted({serving_system(r) for r in rows if not row_system(r).known})
 
 
 def row_group(row: dict) -> str:
@@ -125,25 +131,44 @@ def _row_model(row: dict, notes: list[str]) -> ModelSpec:
     return ModelSpec.model_validate(data)
 
 
-def _tbo(row: dict) -> bool:
-    text = (row.get("serving_system", "") + " " + row.get("notes", "")).lower()
-    return "two-batch overlap" in text or "two micro-batches" in text
+def row_system(row: dict) -> ServingSystem:
+    """The row's serving system from the catalog (windtunnel.infer.systems: looked up by the name without the
+    parenthesised details; the details are its stated options)."""
+    return lookup_system(row.get("serving_system"))
+
+
+def _tbo(row: dict, notes: list[str]) -> bool:
+    """Two-batch overlap: the row's serving system's setting (its default, or a stated option that sets it)."""
+    system = row_system(row)
+    tbo = bool(system.get("two_batch_overlap", False))
+    if tbo:
+        notes.append(f"two-batch overlap: communication overlapped with compute ({system.name}: "
+                     f"{system.origin.get('two_batch_overlap')}, catalog serving.yaml)")
+    return tbo
+
+
+def _moe_imbalance(row: dict, model: ModelSpec, notes: list[str]) -> float | None:
+    """Tokens on the busiest expert rank / the balanced share, as the row's serving system and its stated options
+    set it (catalog serving.yaml; None: the catalog's default, balanced routing)."""
+    system = row_system(row)
+    value = system.get("moe_imbalance")
+    if value is None or model.moe is None:
+        return None
+    if float(value) != 1.0:
+        notes.append(f"MoE routing imbalance {float(value):g} on the busiest expert rank ({system.name}: "
+                     f"{system.origin.get('moe_imbalance')}, catalog serving.yaml)")
+    return float(value)
 
 
 def _kv_precision(row: dict, precision: str, notes: list[str]) -> str:
+    """The row's kv_precision when stated, else its serving system's KV precision at the row's weight precision
+    and architecture (catalog serving.yaml ``systems``; an unknown system gets ``system_defaults``)."""
     kv = (row.get("kv_precision") or "").strip()
     if kv:
         return kv
-    system = (row.get("serving_system") or "").lower()
-    if precision == "fp8" and "tensorrt-llm 0.9" in system and (row.get("arch") or "").strip() == "moe":
-        notes.append("kv_precision blank: bf16 (TensorRT-LLM 0.9's first Mixtral FP8 path quantises the GEMM weights; "
-                     "the source's checkpoint configs set kv_cache_quant_algo FP8 for Llama-2 only)")
-        return "bf16"
-    if precision == "fp8" and ("tensorrt-llm" in system or "nim" in system):
-        notes.append("kv_precision blank: fp8 (TensorRT-LLM fp8 engines are built with an fp8 KV cache)")
-        return "fp8"
-    notes.append("kv_precision blank: bf16")
-    return "bf16"
+    kv, note = row_system(row).kv_precision(precision, _arch(row))
+    notes.append(note or f"kv_precision blank: {kv}")
+    return kv
 
 
 def build_instance(row: dict, model: ModelSpec, notes: list[str], *, batching: str | None = None,
@@ -160,10 +185,9 @@ def build_instance(row: dict, model: ModelSpec, notes: list[str], *, batching: s
         notes.append("precision blank: bf16")
     role = (row.get("role") or "mixed").strip()
     spec = InstanceSpec(role=role, tp=tp, dp=dp, ep=ep if model.moe is not None else None, pp=_int(row, "pp") or 1,
-                        precision=precision, kv=_kv_precision(row, precision, notes), tbo=_tbo(row),
-                        batching=batching, admission=admission, max_batch=max_batch, max_tokens=max_tokens)
-    if spec.tbo:
-        notes.append("two-batch overlap: communication overlapped with compute (stated by the source)")
+                        precision=precision, kv=_kv_precision(row, precision, notes), tbo=_tbo(row, notes),
+                        batching=batching, admission=admission, max_batch=max_batch, max_tokens=max_tokens,
+                        moe_imbalance=_moe_imbalance(row, model, notes))
     plan = resolve_instance(model, row["hardware"].strip(), spec)
     return plan
 
@@ -201,15 +225,15 @@ def _served(row: dict, model: ModelSpec, notes: list[str], fitted: dict | None) 
     if not input_len or not output_len:
         raise WindtunnelError("input_len/output_len not stated")
     concurrency = _int(row, "concurrency")
-    system = (row.get("serving_system") or "").lower()
-    trt = "tensorrt-llm" in system or "nim" in system
     if concurrency:
-        admission = "reserve" if trt else "greedy"
-        notes.append("TensorRT-LLM scheduling: in-flight batching of decodes and whole prompts up to 8,192 tokens per "
-                     "iteration, admission only when the whole output fits (GUARANTEED_NO_EVICT)" if trt else
-                     "vLLM-style chunked prefill, greedy admission")
-        plan = build_instance(row, model, notes, batching="whole" if trt else None, admission=admission,
-                              max_tokens=8192 if trt else None)
+        # The serving system's in-flight scheduler (catalog serving.yaml systems.<name>.scheduler).
+        scheduler = row_system(row).scheduler()
+        if scheduler.get("note"):
+            notes.append(str(scheduler["note"]))
+        max_tokens = scheduler.get("max_tokens")
+        plan = build_instance(row, model, notes, batching=scheduler.get("batching"),
+                              admission=scheduler.get("admission") or "greedy",
+                              max_tokens=int(max_tokens) if max_tokens else None)
         requests = max(12 * concurrency, 200)
         workload = Workload(np.zeros(requests), np.full(requests, input_len, dtype=np.int64),
                             np.full(requests, output_len, dtype=np.int64), np.zeros(requests, dtype=np.int64),

@@ -11,6 +11,7 @@ import csv
 from pathlib import Path
 
 from windtunnel.infer.deployment import serving_defaults
+from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.yamlio import catalog_dir, read_yaml
 from windtunnel.validation.rows import (
     RowResult,
@@ -73,6 +74,13 @@ PHYSICS = """**Kernel physics added for MoE (issue 16 item 2), none fitted to ro
 - *Expert activation memory* is split over expert-TP ranks (A31 fits on 2 A100 as measured).
 - *KV precision of TensorRT-LLM 0.9 Mixtral rows*: the source's checkpoint configs set `kv_cache_quant_algo`
   FP8 for Llama-2 only, so Mixtral's KV stays 16-bit.
+- *Expert-parallel routing imbalance under EPLB* (`serving.yaml` SGLang option `eplb`). EPLB places redundant
+  experts from load statistics, but real routing stays imbalanced: TensorRT-LLM's tech blog 4 (Table 1,
+  DeepSeek-R1, EP32, offline EPLB with 288 slots, a machine-translation dataset) measures the busiest rank at
+  1.109x the mean routed tokens (2.56x without EPLB). The busiest rank runs its expert GEMMs on that many tokens
+  and receives that many in the dispatch (and sends them back in the combine), so the all-to-all lasts as long
+  as its traffic. SGLang's "simulated perfect EPLB" stays balanced, as do DeepSeek's profile rows (balanced
+  routing simulated). Not taken from the I08a/I08b pair: it closes about a third of their gap.
 - *The fit itself*: the calibration's Nelder-Mead search runs on parameters scaled to their priors (the host
   time in milliseconds) and restarts once from its best point; unscaled, a physics change could leave it at a
   worse point than its start (rms log error 0.149 against 0.050).
@@ -119,6 +127,31 @@ def _notes() -> dict[str, str]:
     return {str(k): str(v) for k, v in (doc.get("notes") or {}).items()}
 
 
+def _systems_line(csv_path: str) -> str:
+    """Which catalog entries describe the rows' serving systems, and which systems none does."""
+    from windtunnel.infer.systems import lookup_system
+    from windtunnel.validation.inference import read_rows, serving_system
+
+    try:
+        rows = read_rows(csv_path)
+    except WindtunnelError:
+        return ""
+    known: dict[str, tuple[str, ...]] = {}
+    unknown: set[str] = set()
+    for row in rows:
+        system = lookup_system(row.get("serving_system"))
+        if system.known:
+            known[serving_system(row)] = system.entries
+        else:
+            unknown.add(serving_system(row))
+    described = "; ".join(f"{name} ({', '.join(entries)})" for name, entries in sorted(known.items()))
+    return ("**Serving systems.** What a row's serving system does where the row does not say (KV precision, "
+            "scheduler, two-batch overlap, expert kernels) is catalog data, `deployments/serving.yaml` `systems`, "
+            "looked up by the system's name without parenthesised details (`infer/systems.py`; a stated column "
+            f"such as `kv_precision` wins). Described: {described or 'none'}. Not in the catalog (its "
+            f"`system_defaults` apply): {', '.join(sorted(unknown)) or 'none'}.")
+
+
 def report_markdown(results: list[RowResult], summary: dict, csv_path: str) -> str:
     """The report's Markdown (see the module docstring)."""
     files = _files(csv_path)
@@ -134,7 +167,8 @@ def report_markdown(results: list[RowResult], summary: dict, csv_path: str) -> s
     lines += ["", "**How rows are predicted.** Single-iteration rows (prefill or decode tokens/s per device with a "
               "batch per device) are one iteration of the stated shape from the iteration-time model. Static-batch rows "
               "run the simulator with the whole batch arriving at once. Closed-loop rows (`concurrency`) run the "
-              "simulator with that many clients and read means over the steady window.", "", PHYSICS, "",
+              "simulator with that many clients and read means over the steady window.", "", _systems_line(csv_path), "",
+              PHYSICS, "",
               "## Summary", "", *summary_lines(summary)]
     lines += slice_lines("Validation error by CSV, architecture and model", results,
                          lambda r: [f"file: {files.get(r.id, '?')}", f"arch: {r.arch}", f"model: {r.model}"])
