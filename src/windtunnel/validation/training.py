@@ -8,6 +8,7 @@ calibration rows only, and the accuracy that counts is on the validation rows.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from windtunnel.specs.errors import WindtunnelError
@@ -25,13 +26,23 @@ from windtunnel.validation.rows import summarize as summarize  # part of this mo
 METRICS = ("sec_per_iter", "tokens_per_s_per_device", "model_tflops_per_device", "mfu", "hfu", "peak_memory_gib")
 REQUIRED = ("id", "model", "hardware", "n_devices", "metric", "value")
 SINGLE_NODE = 8
-# Tokenizer sizes of model families, used when a row leaves the vocabulary blank (a public fact about
-# the model, not a fitted value).
-FAMILY_VOCAB = {
-    "nemotron": (256000, "Nemotron family tokenizer: 256,000-token SentencePiece vocabulary per the Nemotron-4 15B "
-                         "and 340B technical reports (arXiv 2402.16819, 2406.11704); assumed for the Nemotron-3 "
-                         "configs too"),
+# What a row's CSV columns cannot state about its model family (public facts about the model, not fitted
+# values). Rule: a family applies when the row's model name, lower-cased with everything but letters and digits
+# removed, starts with its key ("GPT OSS 120B" -> "gptoss120b"). "vocab" fills a blank vocab column; "qk_norm"
+# sets the per-head QK-Norm; "like" copies the named catalog model's attention window and expert biases/clamp.
+MODEL_FAMILIES: dict[str, dict] = {
+    "nemotron": {"vocab": 256000, "source": "Nemotron family tokenizer: 256,000-token SentencePiece vocabulary per "
+                 "the Nemotron-4 15B and 340B technical reports (arXiv 2402.16819, 2406.11704); assumed for the "
+                 "Nemotron-3 configs too"},
+    "qwen3": {"qk_norm": True, "source": "Qwen3: per-head QK-Norm of queries and keys (Qwen3 technical report)"},
+    "gptoss": {"like": "gpt-oss-120b"},
 }
+
+
+def model_family(name: str) -> dict:
+    """The MODEL_FAMILIES entry of a model name (rule above); {} when none applies."""
+    key = re.sub(r"[^a-z0-9]", "", name.lower())
+    return next((traits for prefix, traits in MODEL_FAMILIES.items() if key.startswith(prefix)), {})
 
 
 def read_rows(path: str | Path) -> list[dict[str, str]]:
@@ -101,12 +112,12 @@ def _row_model(row: dict, notes: list[str], dropout: float = 0.1) -> ModelSpec:
                                       f"{', '.join(valid)} (or leave it blank to infer it from ffn_hidden).")
             data[column] = value
             notes.append(f"{column} {value} (column)")
-    family = next((key for key in FAMILY_VOCAB if row["model"].lower().startswith(key)), None)
+    family = model_family(row["model"])
     if _int(row, "vocab"):
         data["vocab"] = _int(row, "vocab")
-    elif family:
-        data["vocab"], source = FAMILY_VOCAB[family]
-        notes.append(f"vocab blank: {data['vocab']:,} ({source})")
+    elif "vocab" in family:
+        data["vocab"] = family["vocab"]
+        notes.append(f"vocab blank: {data['vocab']:,} ({family['source']})")
     else:
         data["vocab"] = 51200
         notes.append("vocab blank: 51,200 (GPT-2 vocabulary padded, Megatron default)")
@@ -123,17 +134,19 @@ def _row_model(row: dict, notes: list[str], dropout: float = 0.1) -> ModelSpec:
         reference = load_model("deepseek-v3")
         data["mla"] = reference.mla.model_dump()
         notes.append("MLA ranks and head dims taken from the catalog's deepseek-v3 (not in the CSV)")
-    if row["model"].lower().startswith("qwen3"):
+    if family.get("qk_norm"):
         data["qk_norm"] = True
-        notes.append("Qwen3: per-head QK-Norm of queries and keys (Qwen3 technical report)")
-    if "oss" in row["model"].lower():
-        oss = load_model("gpt-oss-120b")
-        data["attention_window"], data["windowed_layer_fraction"] = oss.attention_window, oss.windowed_layer_fraction
-        notes.append("GPT-OSS alternating 128-token sliding window (catalog gpt-oss-120b)")
-        if "moe" in data and oss.moe is not None:
-            data["moe"]["expert_bias"] = oss.moe.expert_bias
-            data["moe"]["activation_clamp"] = oss.moe.activation_clamp
-            notes.append(f"GPT-OSS expert biases and GLU clamp {oss.moe.activation_clamp:g} (catalog gpt-oss-120b)")
+        notes.append(family["source"])
+    if "like" in family:
+        like = load_model(family["like"])
+        if like.attention_window:
+            data["attention_window"], data["windowed_layer_fraction"] = like.attention_window, like.windowed_layer_fraction
+            notes.append(f"{like.name}: {like.attention_window}-token sliding window on {like.windowed_layer_fraction:.0%} "
+                         f"of the layers (catalog {like.id})")
+        if "moe" in data and like.moe is not None and like.moe.expert_bias:
+            data["moe"]["expert_bias"] = like.moe.expert_bias
+            data["moe"]["activation_clamp"] = like.moe.activation_clamp
+            notes.append(f"{like.name}: expert biases and GLU clamp {like.moe.activation_clamp:g} (catalog {like.id})")
     return ModelSpec.model_validate(data)
 
 
