@@ -31,7 +31,7 @@ from windtunnel.specs.plan import Plan, validate_plan
 from windtunnel.specs.stack import DEFAULT_STACK, Stack, load_stack, with_stack_defaults
 from windtunnel.train.assumptions import step_assumptions
 from windtunnel.train.flops import model_flops_per_token
-from windtunnel.train.layers import ZERO, LayerCoster, Played, backward_with_recompute
+from windtunnel.train.layers import ZERO, LayerCoster, Played, backward_with_recompute, split_weight_gradients
 from windtunnel.train.memory import WEIGHT_BYTES, StateBytes, layer_saved_bytes, step_memory
 from windtunnel.train.pipeline_play import PipelinePlay
 from windtunnel.train.placement import Placement, place_plan
@@ -82,6 +82,10 @@ class _Chunk:
     activation_bytes: float = 0.0
     offloaded_bytes: float = 0.0  # activations held in host memory (activation offloading)
     modes: list[str] = field(default_factory=list)
+    # DualPipe's zero-bubble split of the backward (its "D" and "W" blocks): input gradients with
+    # recomputation, and the deferred weight gradients.
+    dgrad: Played = field(default_factory=lambda: Played(0.0))
+    wgrad: Played = field(default_factory=lambda: Played(0.0))
 
 
 def _dag_graphs(dag: DagModel, shard: Sharding, builder=None) -> dict[str, OpGraph]:
@@ -225,12 +229,20 @@ class _StepBuilder(PipelinePlay):
                 + collective_time(kind, expert * bytes_per_param, self.placement.expert_dp, cluster, eff))
 
     def played(self, kind: str, phase: str) -> Played:
-        """Cost of one layer kind in a phase: fwd, or bwd-<recompute mode>."""
+        """Cost of one layer kind in a phase: fwd, bwd-<recompute mode>, or the zero-bubble halves of that
+        backward, dgrad-<mode> (input gradients and recomputation) and wgrad-<mode> (weight gradients)."""
         key = (kind, phase)
         if key not in self._played:
             graph = self.forward_graphs[kind]
             gather_fwd, gather_bwd = self.zero3_times(kind)
-            if phase == "fwd":
+            if phase.startswith(("dgrad-", "wgrad-")):
+                mode = phase.split("-", 1)[1]
+                halves = [split_weight_gradients(g) for g in self.backward_graphs(kind, mode)]
+                inputs = phase.startswith("dgrad-")
+                graphs = [pair[0] if inputs else pair[1] for pair in halves]
+                self._played[key] = self.coster.play(graphs, zero3_gather=gather_bwd if inputs else 0.0,
+                                                     comm_units=self.comm_units)
+            elif phase == "fwd":
                 self._played[key] = self.coster.play([graph], zero3_gather=gather_fwd, comm_units=self.comm_units)
             else:
                 mode = phase.split("-", 1)[1]
@@ -349,6 +361,10 @@ class _StepBuilder(PipelinePlay):
         chunk.activation_bytes = activations + staging
         chunk.layers = modules
         chunk.modes = modes
+        if self.schedule == "dualpipe":
+            for kind, mode in zip(modules, modes, strict=True):
+                chunk.dgrad = chunk.dgrad + self.played(kind, f"dgrad-{mode}")
+                chunk.wgrad = chunk.wgrad + self.played(kind, f"wgrad-{mode}")
 
     def offloaded_modules(self, modules: list[str]) -> list[bool]:
         """Which of a chunk's modules have their activations offloaded: the first offload_layers
