@@ -143,3 +143,21 @@ def test_the_pair_hides_each_chunks_all_to_all_under_the_others_compute():
     assert forward.forward.parts["ep_comm"] > 0.5 * forward.forward.parts["compute"]  # about 1:1, as Sec. 3.2.1 says
     assert pair.parts.get("ep_comm", 0.0) < 0.1 * apart
     assert pair.time < forward.forward.time + backward.backward.time
+
+
+def test_op_trace_expands_the_zero_bubble_blocks():
+    """`--trace-detail op` lays the layers' operators into D and W blocks too: a W block holds only weight
+    gradients, a D block none of them."""
+    import dataclasses
+
+    from windtunnel.train.op_trace import op_events
+    from windtunnel.train.step import simulate
+
+    job = training_job("mixtral-8x7b", "h100-sxm", 16, seq_len=2048, global_batch=32,
+                       plan="tp=1,pp=4,ep=4,mbs=1,zero=1,schedule=dualpipe")
+    result = simulate(dataclasses.replace(job, keep_trace=True))
+    events, summary = op_events(job, result.trace, rank=0, micro_batches=16)
+    d = [e for e in events if e.block.startswith("D ") and e.stream == "compute"]
+    w = [e for e in events if e.block.startswith("W ") and e.stream == "compute"]
+    assert d and w and summary["blocks_whole"] == 0
+    assert all(e.name.endswith(".wgrad") for e in w) and not any(e.name.endswith(".wgrad") for e in d)

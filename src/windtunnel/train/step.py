@@ -228,28 +228,32 @@ class _StepBuilder(PipelinePlay):
         return (collective_time(kind, dense * bytes_per_param, self.placement.dp, cluster, eff)
                 + collective_time(kind, expert * bytes_per_param, self.placement.expert_dp, cluster, eff))
 
+    def phase_graphs(self, kind: str, phase: str) -> list[OpGraph]:
+        """The graphs one layer kind plays in a phase: fwd, bwd-<recompute mode>, or the zero-bubble halves of
+        that backward (DualPipe's D and W blocks), dgrad-<mode> (input gradients and recomputation) and
+        wgrad-<mode> (weight gradients)."""
+        if phase == "fwd":
+            return [self.forward_graphs[kind]]
+        part, mode = phase.split("-", 1)
+        graphs = self.backward_graphs(kind, mode)
+        if part == "bwd":
+            return graphs
+        return [split_weight_gradients(graph)[0 if part == "dgrad" else 1] for graph in graphs]
+
     def played(self, kind: str, phase: str) -> Played:
-        """Cost of one layer kind in a phase: fwd, bwd-<recompute mode>, or the zero-bubble halves of that
-        backward, dgrad-<mode> (input gradients and recomputation) and wgrad-<mode> (weight gradients)."""
+        """Cost of one layer kind in a phase (:meth:`phase_graphs`), with its sharded-DP transfers."""
         key = (kind, phase)
         if key not in self._played:
-            graph = self.forward_graphs[kind]
             gather_fwd, gather_bwd = self.zero3_times(kind)
-            if phase.startswith(("dgrad-", "wgrad-")):
-                mode = phase.split("-", 1)[1]
-                halves = [split_weight_gradients(g) for g in self.backward_graphs(kind, mode)]
-                inputs = phase.startswith("dgrad-")
-                graphs = [pair[0] if inputs else pair[1] for pair in halves]
-                self._played[key] = self.coster.play(graphs, zero3_gather=gather_bwd if inputs else 0.0,
-                                                     comm_units=self.comm_units)
-            elif phase == "fwd":
-                self._played[key] = self.coster.play([graph], zero3_gather=gather_fwd, comm_units=self.comm_units)
+            graphs = self.phase_graphs(kind, phase)
+            if phase == "fwd":
+                self._played[key] = self.coster.play(graphs, zero3_gather=gather_fwd, comm_units=self.comm_units)
             else:
-                mode = phase.split("-", 1)[1]
-                graphs = self.backward_graphs(kind, mode)
-                gather = gather_bwd if self.plan.zero >= 3 else 0.0
+                # A zero-bubble split runs ZeRO-3's backward transfers beside the input gradients and
+                # ZeRO-2's reduce-scatter after the weight gradients it reduces.
+                gather = 0.0 if phase.startswith("wgrad-") else gather_bwd
                 played = self.coster.play(graphs, zero3_gather=gather, comm_units=self.comm_units)
-                reduce = self.zero2_reduce(kind) if self.plan.zero == 2 else 0.0
+                reduce = self.zero2_reduce(kind) if self.plan.zero == 2 and not phase.startswith("dgrad-") else 0.0
                 if reduce > played.time:
                     # ZeRO-2 reduce-scatters run beside the next layer's backward; only what they
                     # do not hide extends the step.
