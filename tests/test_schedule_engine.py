@@ -26,11 +26,18 @@ from windtunnel.train.step import TrainingJob, simulate
 
 
 def work_items(order):
-    """(kind, micro_batch, chunk) items of an order; an FB block counts as its F and its partner's B."""
+    """(kind, micro_batch, chunk) items of an order; an FB block counts as its F and its partner's B, a
+    zero-bubble D as the B it starts (its W, which must come after it, adds no item)."""
     items = []
+    deferred = set()
     for block in order:
         if block.kind in ("F", "B"):
             items.append((block.kind, block.micro_batch, block.chunk))
+        elif block.kind == "D":
+            items.append(("B", block.micro_batch, block.chunk))
+            deferred.add((block.micro_batch, block.chunk))
+        elif block.kind == "W":
+            deferred.remove((block.micro_batch, block.chunk))
         else:
             assert block.kind == "FB" and block.partner is not None
             items.append(("F", block.micro_batch, block.chunk))
@@ -44,9 +51,9 @@ def peak_in_flight(order) -> int:
     for block in order:
         if block.kind == "F":
             current += 1
-        elif block.kind == "B":
+        elif block.kind in ("B", "D"):  # a zero-bubble D frees what its deferred W does not need
             current -= 1
-        else:  # FB: the forward's activations exist while the backward runs
+        elif block.kind == "FB":  # the forward's activations exist while the backward runs
             best = max(best, current + 1)
         best = max(best, current)
     return best

@@ -30,7 +30,7 @@ def kind_backward(backward: OpGraph, op: Op, base: dict) -> int:
     (deps, phase, ...), as built by :func:`windtunnel.graph.ops.backward_of`."""
     if op.kind == "conv":
         m, n, k = op.shape
-        wgrad = replace(op, name=op.name + ".wgrad", shape=(k, n, m), **base)
+        wgrad = replace(op, name=op.name + ".wgrad", shape=(k, n, m), weight_grad=True, **base)
         if op.backward_bytes == 0.0:  # marks a convolution on the model input: no data gradient
             return backward.add(wgrad)
         index = backward.add(replace(op, name=op.name + ".dgrad", shape=(m, k, n), **base))

@@ -53,6 +53,9 @@ class Op:
     tp_chunked: for a TP all-gather or reduce-scatter, whether it is a linear layer's own collective,
         which TP-communication overlap (TE userbuffers, MC2) pipelines with its GEMM in chunks; the MoE
         dispatcher's explicit expert-TP collectives are not.
+    weight_grad: a backward operator that forms a weight gradient (a GEMM's or convolution's wgrad):
+        nothing in the backward waits for it, so a zero-bubble pipeline (DualPipe, ZB1P) may run it
+        later, apart from the input-gradient work (train/layers.split_weight_gradients).
     """
 
     name: str
@@ -78,6 +81,7 @@ class Op:
     unvectorized: float = 0.0
     kernel: str = ""
     tp_chunked: bool = True
+    weight_grad: bool = False
 
     @property
     def is_comm(self) -> bool:
@@ -147,7 +151,7 @@ def backward_of(forward: OpGraph, *, comm_swap: dict[str, str] | None = None) ->
             # The data gradient is what the previous operator waits for; the weight gradient only
             # has to finish before the step ends (it is a sink of the backward graph).
             new_index[index] = backward.add(replace(op, name=op.name + ".dgrad", shape=(m, k, nn), **base))
-            backward.add(replace(op, name=op.name + ".wgrad", shape=(k, nn, m), **base))
+            backward.add(replace(op, name=op.name + ".wgrad", shape=(k, nn, m), weight_grad=True, **base))
         elif op.kind == "attention":
             new_index[index] = backward.add(replace(op, name=op.name + ".bwd", flops=op.flops * 2.5,
                                                     bytes_moved=op.bytes_moved * 2.0, **base))

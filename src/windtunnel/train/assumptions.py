@@ -12,6 +12,19 @@ _GRAPHS = {
 }
 
 
+def _dualpipe_order(builder: Any) -> list[str]:
+    """The line saying which DualPipe order the step plays (train/schedule.dualpipe), if it is DualPipe."""
+    if builder.schedule != "dualpipe":
+        return []
+    count, pp = builder.micro_batches, builder.plan.pp
+    if count % 2 == 0 and count >= 2 * pp:
+        return [f"DualPipe order of deepseek-ai/DualPipe DualPipe.step() for {count} micro-batches ({count // 2} each "
+                "way): forward and backward chunks overlapped in pairs, the warm-up and cool-down backwards split "
+                "into input gradients and deferred weight gradients (zero bubble)"]
+    return [f"DualPipe-shaped greedy order: DualPipe itself needs an even count of at least 2 pp = {2 * pp} "
+            f"micro-batches, this step has {count}; no weight gradients are deferred"]
+
+
 def step_assumptions(job: Any, builder: Any) -> list[str]:
     """The assumption lines of the step ``builder`` (train.step._StepBuilder) played for ``job``."""
     plan, model = builder.plan, job.model
@@ -29,6 +42,7 @@ def step_assumptions(job: Any, builder: Any) -> list[str]:
             if builder.schedule == "dualpipe" else
             f"layers split as evenly as possible over {plan.pp * plan.vpp} chunks, embedding on the first, loss on "
             "the last")),
+        *_dualpipe_order(builder),
         f"main gradients in {plan.grads} (also the DP reduction); ZeRO stage {plan.zero}; Adam with fp32 master "
         f"weights and {plan.moments} moments",
         f"memory: 16-bit weights, {builder.states.grads:.0f}-byte main gradients, {builder.states.optimizer:.0f} "

@@ -328,6 +328,25 @@ def backward_with_recompute(forward: OpGraph, mode: str) -> list[OpGraph]:
     return [joined]
 
 
+def split_weight_gradients(graph: OpGraph) -> tuple[OpGraph, OpGraph]:
+    """A backward graph cut as a zero-bubble pipeline runs it (Qi et al. 2023, "Zero Bubble Pipeline
+    Parallelism"; DualPipe's WeightGradStore): (the input-gradient part, which the previous stage
+    waits for, with any recomputation; the weight-gradient operators, run later as one block).
+    Weight gradients are sinks of the backward (nothing waits for them), so the first part keeps every
+    other dependency; in the second the operators wait for nothing but each other's stream order.
+    An operator something waits for stays in the first part whatever it is."""
+    used = {dep for op in graph.ops for dep in op.deps}
+    deferred = {i for i, op in enumerate(graph.ops) if op.weight_grad and i not in used}
+    inputs, weights = OpGraph(), OpGraph()
+    index_map: dict[int, int] = {}
+    for index, op in enumerate(graph.ops):
+        if index in deferred:
+            weights.add(replace(op, deps=()))
+        else:
+            index_map[index] = inputs.add(replace(op, deps=tuple(index_map[d] for d in op.deps)))
+    return inputs, weights
+
+
 def saved_activation_bytes(forward: OpGraph, mode: str) -> float:
     """Activation bytes one layer keeps for its backward under a recompute mode (per micro-batch)."""
     if not forward.ops:

@@ -19,7 +19,9 @@ from windtunnel.train.layers import Played
 from windtunnel.train.step import TrainingJob, _StepBuilder
 
 OP_MICRO_BATCHES = 2  # micro-batches expanded per chunk (warm-up and the first steady one)
-_BLOCK = re.compile(r"^(?P<kind>[FB]) mb(?P<mb>\d+) c(?P<chunk>\d+)(?: L(?P<layer>\d+))?$")
+_BLOCK = re.compile(r"^(?P<kind>[FBDW]) mb(?P<mb>\d+) c(?P<chunk>\d+)(?: L(?P<layer>\d+))?$")
+# A block's layer phase: a backward, or DualPipe's zero-bubble halves of one (input, weight gradients).
+_PHASE = {"B": "bwd", "D": "dgrad", "W": "wgrad"}
 
 
 @dataclass(frozen=True)
@@ -48,8 +50,7 @@ def op_events(job: TrainingJob, timeline: Timeline, rank: int = 0,
     def layer_timeline(kind: str, phase: str) -> Timeline | None:
         key = (kind, phase)
         if key not in layer_timelines:
-            graphs = [builder.forward_graphs[kind]] if phase == "fwd" else \
-                builder.backward_graphs(kind, phase.split("-", 1)[1])
+            graphs = builder.phase_graphs(kind, phase)
             played: Played = builder.coster.play(graphs)  # the DAG alone (before ZeRO / offload extensions)
             layer_timelines[key] = played.timeline
         return layer_timelines[key]
@@ -77,7 +78,7 @@ def op_events(job: TrainingJob, timeline: Timeline, rank: int = 0,
         if match["kind"] == "F":
             order = [(kind, "fwd") for kind, _ in pairs]
         else:
-            order = [(kind, f"bwd-{mode}") for kind, mode in reversed(pairs)]
+            order = [(kind, f"{_PHASE[match['kind']]}-{mode}") for kind, mode in reversed(pairs)]
         if match["layer"] is not None:
             order = order[int(match["layer"]):int(match["layer"]) + 1]
         at = timeline.start[task]

@@ -62,8 +62,9 @@ class PipelinePlay:
         last_backward: dict[tuple[int, int], int] = {}
         for rank, order in enumerate(orders):
             for index, block in enumerate(order):
-                if block.kind in ("B", "FB"):
-                    mb, ch = (block.micro_batch, block.chunk) if block.kind == "B" else block.partner
+                # A chunk's gradients are whole after its last backward, or its last deferred weight gradient.
+                if block.kind in ("B", "FB", "W"):
+                    ch = block.partner[1] if block.kind == "FB" else block.chunk
                     last_backward[(rank, ch)] = index
 
         sends_f: dict[tuple[int, int, int], int] = {}
@@ -109,7 +110,7 @@ class PipelinePlay:
         items = []
         if block.kind in ("F", "FB"):
             items.append(("F", block.micro_batch, block.chunk))
-        if block.kind == "B":
+        if block.kind in ("B", "D"):
             items.append(("B", block.micro_batch, block.chunk))
         if block.kind == "FB":
             items.append(("B", *block.partner))
@@ -138,6 +139,19 @@ class PipelinePlay:
                 last_backward, dp_tasks, flops, gathers) -> None:
         plan = self.plan
         stream = f"r{rank}"
+        if block.kind in ("D", "W"):
+            # Zero-bubble halves of a backward: D (input gradients) sends its gradient on; W (weight
+            # gradients) follows its D on the rank's stream and may complete the chunk's gradients.
+            chunk = chunks[(rank, block.chunk)]
+            played = chunk.dgrad if block.kind == "D" else chunk.wgrad
+            task = engine.task(f"{block.kind} mb{block.micro_batch} c{block.chunk}", stream, played.time, deps,
+                               parts=played.parts)
+            flops[rank] += played.flops
+            if block.kind == "D":
+                self._after_backward(engine, chunk, block.micro_batch, [task], p2p, sends_b, rank)
+            elif last_backward.get((rank, block.chunk)) == index:
+                self._dp_sync(engine, chunk, [task] * len(chunk.bucket_params), rank, dp_tasks)
+            return
         if block.kind == "F":
             chunk = chunks[(rank, block.chunk)]
             if block.micro_batch == 0 and (rank, block.chunk) in gathers:

@@ -1,9 +1,11 @@
 """Pipeline schedules: the order in which each pipeline rank runs forward and backward blocks.
 
-A block is (kind, micro_batch, chunk): kind "F" (forward), "B" (backward) or "FB" (a DualPipe
+A block is (kind, micro_batch, chunk): kind "F" (forward), "B" (backward), "FB" (a DualPipe
 forward and backward of two different micro-batches run together so that one's communication
-hides under the other's compute). The event engine plays these orders with their cross-stage
-dependencies; bubbles are what that leaves idle.
+hides under the other's compute), "D" (a zero-bubble backward: the input gradients only, whose
+weight gradients run later) or "W" (those deferred weight gradients of micro_batch's chunk). The
+event engine plays these orders with their cross-stage dependencies; bubbles are what that
+leaves idle.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from functools import lru_cache
 
 @dataclass(frozen=True)
 class Block:
-    kind: str            # "F", "B" or "FB"
+    kind: str            # "F", "B", "FB", "D" or "W"
     micro_batch: int
     chunk: int
     partner: tuple[int, int] | None = None   # for "FB": the backward's (micro_batch, chunk)
@@ -55,13 +57,98 @@ def interleaved(pp: int, vpp: int, rank: int, micro_batches: int) -> list[Block]
 
 
 def dualpipe(pp: int, micro_batches: int) -> list[list[Block]]:
-    """A DualPipe-style bidirectional schedule (DeepSeek-V3 report, 2024).
+    """DualPipe's bidirectional schedule (DeepSeek-V3 report arXiv:2412.19437 Sec. 3.2.1).
 
     Even micro-batches flow down (chunk 0: stage r on rank r), odd ones flow up (chunk 1: stage
-    r on rank pp-1-r), so each rank holds two chunks and the pipeline fills from both ends. Each
-    direction keeps at most the 1F1B number of micro-batches in flight; when a rank has both a
-    forward and a backward ready it runs them as one overlapped "FB" block. The order is found by
-    playing this policy in unit time steps, which makes it free of deadlocks by construction.
+    r on rank pp-1-r), so each rank holds two chunks and the pipeline fills from both ends. Where
+    DualPipe itself runs (an even count of at least 2 pp micro-batches: dualpipe.py asserts
+    ``num_chunks % 2 == 0 and num_chunks >= num_ranks * 2``) this is its own eight-step order,
+    zero-bubble weight gradients included (:func:`dualpipe_step_order`); for other counts, which
+    the engine still accepts, a greedy policy of the same shape (:func:`dualpipe_greedy`).
+    """
+    if micro_batches % 2 == 0 and micro_batches >= 2 * pp:
+        return [dualpipe_step_order(pp, rank, micro_batches) for rank in range(pp)]
+    return dualpipe_greedy(pp, micro_batches)
+
+
+def dualpipe_step_order(pp: int, rank: int, micro_batches: int) -> list[Block]:
+    """One rank's block order as deepseek-ai/DualPipe dualpipe.py ``DualPipe.step()`` runs it (at
+    commit 3da1bbe), for ``micro_batches`` (even, >= 2 pp) split evenly between the two directions.
+
+    A rank at distance h = min(rank, pp-1-rank) from an end calls "phase 0" its shallow stage
+    (stage h: chunk 0 on the first half of the ranks, chunk 1 on the second) and "phase 1" its deep
+    one. Steps: (1) 2(pp/2-h-1) forwards of phase 0; (2) h+1 times a forward of each phase;
+    (3) pp/2-h-1 times a zero-bubble backward of phase 1 ("D"), one deferred weight gradient ("W",
+    first in, first out) and a forward of phase 1; (4) the main step, half-pp+h+1 times an
+    overlapped forward of phase 0 with a backward of phase 1 and a forward of phase 1 with a
+    backward of phase 0 (the two middle ranks run their first pair apart, "to further reduce
+    bubble size"); (5) pp/2-h-1 times a backward of phase 1 and an overlapped forward of phase 1
+    with a backward of phase 0; (6) h+1 times a backward of each phase, zero-bubble from the middle
+    iteration on; (7) pp/2-h-1 times a deferred weight gradient and a zero-bubble backward of
+    phase 0; (8) the h+1 weight gradients left. The overlapped pairs run full backwards.
+    """
+    half_ranks, half = pp // 2, micro_batches // 2
+    h = min(rank, pp - 1 - rank)
+    second = rank >= half_ranks
+    middle = h == half_ranks - 1
+    chunk_of = (1, 0) if second else (0, 1)            # phase -> chunk
+    forwards, backwards = [0, 0], [0, 0]               # per chunk: blocks issued
+    deferred: list[tuple[int, int]] = []               # (micro_batch, chunk) of the D blocks, FIFO
+    order: list[Block] = []
+
+    def forward(phase: int) -> Block:
+        chunk = chunk_of[phase]
+        forwards[chunk] += 1
+        return Block("F", 2 * (forwards[chunk] - 1) + chunk, chunk)
+
+    def backward(phase: int, zero_bubble: bool = False) -> Block:
+        chunk = chunk_of[phase]
+        backwards[chunk] += 1
+        mb = 2 * (backwards[chunk] - 1) + chunk
+        if zero_bubble:
+            deferred.append((mb, chunk))
+            return Block("D", mb, chunk)
+        return Block("B", mb, chunk)
+
+    def pair(forward_phase: int) -> Block:
+        f = forward(forward_phase)
+        b = backward(1 - forward_phase)
+        return Block("FB", f.micro_batch, f.chunk, partner=(b.micro_batch, b.chunk))
+
+    def weight() -> Block:
+        mb, chunk = deferred.pop(0)
+        return Block("W", mb, chunk)
+
+    order += [forward(0) for _ in range(2 * (half_ranks - h - 1))]                      # step 1
+    for _ in range(h + 1):                                                              # step 2
+        order += [forward(0), forward(1)]
+    for _ in range(half_ranks - h - 1):                                                 # step 3
+        order += [backward(1, zero_bubble=True), weight(), forward(1)]
+    for i in range(half - pp + h + 1):                                                  # step 4
+        order += [forward(0), backward(1)] if (i == 0 and middle) else [pair(0)]
+        order.append(pair(1))
+    for _ in range(half_ranks - h - 1):                                                 # step 5
+        order += [backward(1), pair(1)]
+    zero_bubble = False                                                                 # step 6
+    for i in range(h + 1):
+        if i == (h + 1) // 2 and h % 2 == 1:
+            zero_bubble = True
+        order.append(backward(1, zero_bubble))
+        if i == (h + 1) // 2 and h % 2 == 0:
+            zero_bubble = True
+        order.append(backward(0, zero_bubble))
+    for _ in range(half_ranks - h - 1):                                                 # step 7
+        order += [weight(), backward(0, zero_bubble=True)]
+    order += [weight() for _ in range(len(deferred))]                                   # step 8
+    return order
+
+
+def dualpipe_greedy(pp: int, micro_batches: int) -> list[list[Block]]:
+    """A DualPipe-shaped schedule for micro-batch counts DualPipe itself does not run (odd, or
+    fewer than 2 pp): each direction keeps at most the 1F1B number of micro-batches in flight; when
+    a rank has both a forward and a backward ready it runs them as one overlapped "FB" block. The
+    order is found by playing this policy in unit time steps, which makes it free of deadlocks by
+    construction.
     """
     done: set[tuple[str, int, int]] = set()
     next_forward = [[mb for mb in range(micro_batches) if mb % 2 == 0], [mb for mb in range(micro_batches) if mb % 2 == 1]]

@@ -102,8 +102,9 @@ def play_compiled(builder: Any, chunks: dict, micro_batches: int) -> StepPlay:
     last_backward: dict[tuple[int, int], int] = {}
     for rank, order in enumerate(orders):
         for index, block in enumerate(order):
-            if block.kind in ("B", "FB"):
-                last_backward[(rank, (block.chunk if block.kind == "B" else block.partner[1]))] = index
+            # A chunk's gradients are whole after its last backward, or its last deferred weight gradient.
+            if block.kind in ("B", "FB", "W"):
+                last_backward[(rank, (block.partner[1] if block.kind == "FB" else block.chunk))] = index
     fused: dict[tuple[int, int, int], Any] = {}
     bucket_times = {key: [dp_time("sync", d, e) for d, e in chunk.bucket_params] for key, chunk in chunks.items()}
 
@@ -180,7 +181,22 @@ def play_compiled(builder: Any, chunks: dict, micro_batches: int) -> StepPlay:
                 index = positions[rank]
                 block = order[index]
                 kind, mb, ch = block.kind, block.micro_batch, block.chunk
-                if kind == "B":
+                if kind in ("D", "W"):
+                    # Zero-bubble halves of a backward: D (input gradients) waits as a backward does
+                    # and sends its gradient on; W (weight gradients) waits only for its stream.
+                    ready = backward_ready(rank, mb, ch) if kind == "D" else 0.0
+                    if ready is None:
+                        break
+                    chunk = chunks[(rank, ch)]
+                    played = chunk.dgrad if kind == "D" else chunk.wgrad
+                    mine.block_start.append(tail[rank] if tail[rank] > ready else ready)
+                    mine.block_flops.append(played.flops)
+                    end = compute(rank, ready, played)
+                    if kind == "D":
+                        after_backward(rank, mb, ch, end)
+                    elif last_backward[(rank, ch)] == index and needs_sync:
+                        dp_sync(rank, (rank, ch), [end] * len(chunk.bucket_params))
+                elif kind == "B":
                     ready = backward_ready(rank, mb, ch)
                     if ready is None:
                         break

@@ -31,7 +31,7 @@ from windtunnel.specs.plan import Plan, validate_plan
 from windtunnel.specs.stack import DEFAULT_STACK, Stack, load_stack, with_stack_defaults
 from windtunnel.train.assumptions import step_assumptions
 from windtunnel.train.flops import model_flops_per_token
-from windtunnel.train.layers import ZERO, LayerCoster, Played, backward_with_recompute
+from windtunnel.train.layers import ZERO, LayerCoster, Played, backward_with_recompute, split_weight_gradients
 from windtunnel.train.memory import WEIGHT_BYTES, StateBytes, layer_saved_bytes, step_memory
 from windtunnel.train.pipeline_play import PipelinePlay
 from windtunnel.train.placement import Placement, place_plan
@@ -82,6 +82,10 @@ class _Chunk:
     activation_bytes: float = 0.0
     offloaded_bytes: float = 0.0  # activations held in host memory (activation offloading)
     modes: list[str] = field(default_factory=list)
+    # DualPipe's zero-bubble split of the backward (its "D" and "W" blocks): input gradients with
+    # recomputation, and the deferred weight gradients.
+    dgrad: Played = field(default_factory=lambda: Played(0.0))
+    wgrad: Played = field(default_factory=lambda: Played(0.0))
 
 
 def _dag_graphs(dag: DagModel, shard: Sharding, builder=None) -> dict[str, OpGraph]:
@@ -224,20 +228,32 @@ class _StepBuilder(PipelinePlay):
         return (collective_time(kind, dense * bytes_per_param, self.placement.dp, cluster, eff)
                 + collective_time(kind, expert * bytes_per_param, self.placement.expert_dp, cluster, eff))
 
+    def phase_graphs(self, kind: str, phase: str) -> list[OpGraph]:
+        """The graphs one layer kind plays in a phase: fwd, bwd-<recompute mode>, or the zero-bubble halves of
+        that backward (DualPipe's D and W blocks), dgrad-<mode> (input gradients and recomputation) and
+        wgrad-<mode> (weight gradients)."""
+        if phase == "fwd":
+            return [self.forward_graphs[kind]]
+        part, mode = phase.split("-", 1)
+        graphs = self.backward_graphs(kind, mode)
+        if part == "bwd":
+            return graphs
+        return [split_weight_gradients(graph)[0 if part == "dgrad" else 1] for graph in graphs]
+
     def played(self, kind: str, phase: str) -> Played:
-        """Cost of one layer kind in a phase: fwd, or bwd-<recompute mode>."""
+        """Cost of one layer kind in a phase (:meth:`phase_graphs`), with its sharded-DP transfers."""
         key = (kind, phase)
         if key not in self._played:
-            graph = self.forward_graphs[kind]
             gather_fwd, gather_bwd = self.zero3_times(kind)
+            graphs = self.phase_graphs(kind, phase)
             if phase == "fwd":
-                self._played[key] = self.coster.play([graph], zero3_gather=gather_fwd, comm_units=self.comm_units)
+                self._played[key] = self.coster.play(graphs, zero3_gather=gather_fwd, comm_units=self.comm_units)
             else:
-                mode = phase.split("-", 1)[1]
-                graphs = self.backward_graphs(kind, mode)
-                gather = gather_bwd if self.plan.zero >= 3 else 0.0
+                # A zero-bubble split runs ZeRO-3's backward transfers beside the input gradients and
+                # ZeRO-2's reduce-scatter after the weight gradients it reduces.
+                gather = 0.0 if phase.startswith("wgrad-") else gather_bwd
                 played = self.coster.play(graphs, zero3_gather=gather, comm_units=self.comm_units)
-                reduce = self.zero2_reduce(kind) if self.plan.zero == 2 else 0.0
+                reduce = self.zero2_reduce(kind) if self.plan.zero == 2 and not phase.startswith("dgrad-") else 0.0
                 if reduce > played.time:
                     # ZeRO-2 reduce-scatters run beside the next layer's backward; only what they
                     # do not hide extends the step.
@@ -349,6 +365,10 @@ class _StepBuilder(PipelinePlay):
         chunk.activation_bytes = activations + staging
         chunk.layers = modules
         chunk.modes = modes
+        if self.schedule == "dualpipe":
+            for kind, mode in zip(modules, modes, strict=True):
+                chunk.dgrad = chunk.dgrad + self.played(kind, f"dgrad-{mode}")
+                chunk.wgrad = chunk.wgrad + self.played(kind, f"wgrad-{mode}")
 
     def offloaded_modules(self, modules: list[str]) -> list[bool]:
         """Which of a chunk's modules have their activations offloaded: the first offload_layers
