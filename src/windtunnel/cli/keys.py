@@ -40,7 +40,8 @@ PLAN_KEYS = {
     "swap_optimizer": "optimizer states kept in host memory outside the optimizer step (MindSpeed)",
     "act_fp8_store": "SwiGLU inputs kept in FP8 for the backward (Megatron --activation-func-fp8-input-store)",
     "mtp": "multi-token-prediction modules trained (unset: the model's own count)",
-    "layout": "Megatron pipeline layout of modules per stage, e.g. 'Et*4|(t*4|)*14tmL' (empty: even split)",
+    "layout": "Megatron pipeline layout of modules per stage, e.g. 'Et*4|(t*4|)*14tmL' (empty: even split; "
+              "balanced: the split that evens the busiest rank's time)",
     "order": "rank order of the parallel groups, innermost first (tp-cp-dp-pp: Megatron's default)",
 }
 

@@ -119,3 +119,106 @@ def stage_modules(model: ModelSpec, layout: str, stages: int, mtp: int) -> list[
                 modules.extend(names[symbol])
         out.append(modules)
     return out
+
+
+BALANCED = "balanced"
+
+
+def _stage_symbols(stage: list[str]) -> str:
+    """One stage's modules as layout symbols (a run of layers as t*n; an MTP module, layer included, as m)."""
+    out, layers, in_mtp = [], 0, False
+    for module in stage:
+        if in_mtp or module == "mtp_embedding":
+            in_mtp = module != "mtp_head"
+            if module != "mtp_embedding":
+                continue
+        if module in LAYER_KINDS:
+            layers += 1
+            continue
+        if layers:
+            out.append("t" if layers == 1 else f"t*{layers}")
+            layers = 0
+        out.append({"embedding": "E", "mtp_embedding": "m", "head": "L"}.get(module, ""))
+    if layers:
+        out.append("t" if layers == 1 else f"t*{layers}")
+    return "".join(out)
+
+
+def layout_string(stages: list[list[str]]) -> str:
+    """The Megatron layout string of a split (module kinds per stage), e.g. 'Et*3|t*4|t*3mL'."""
+    return "|".join(_stage_symbols(stage) for stage in stages)
+
+
+def balanced_split(units: list[list[str]], weights: list[float], stages: int, rank_of,
+                   max_layers: int | None = None) -> list[list[str]]:
+    """Split ``units`` (the model's modules in order, each an indivisible group: the embedding, one layer, one MTP
+    module, the head) into ``stages`` consecutive stages so that the busiest rank's weight (seconds per micro-batch,
+    summed over the stages ``rank_of(stage)`` maps to it) is as small as possible; ties go to the split with the
+    smaller sum of squared rank loads, then to the earlier boundaries (deterministic).
+
+    First the split that minimises the largest single stage (binary search on the capacity, greedy fill); then, for
+    ranks that hold several stages (interleaving, DualPipe's mirrored pairs), boundaries move one unit at a time
+    while that lowers the busiest rank. Why: a planner balances the pipeline by hand (Megatron's
+    --decoder-first/last-pipeline-num-layers, --pipeline-model-parallel-layout); the even split leaves the stages
+    with the embedding, MTP and output layer heavier. ``max_layers``: no stage holds more transformer layers (an
+    MTP module counts as one) than this; the caller passes the even split's largest stage, so no stage keeps more
+    layers' activations in flight than the even split's fullest one (memory stays within the even split's)."""
+    n = len(units)
+    layer_count = [sum(m in LAYER_KINDS for m in unit) for unit in units]
+    limit = max_layers if max_layers is not None else n
+    if stages < 1 or n < stages:
+        raise WindtunnelError(f"Plan field 'layout' is 'balanced': {n} modules cannot fill {stages} pipeline stages.",
+                              field="layout")
+
+    def greedy(cap: float) -> list[int] | None:
+        cuts, load, layers = [], 0.0, 0
+        for i, w in enumerate(weights):
+            if (load + w > cap or layers + layer_count[i] > limit) and (load > 0 or layers > 0):
+                cuts.append(i)
+                load, layers = 0.0, 0
+            load += w
+            layers += layer_count[i]
+        return cuts if len(cuts) < stages else None
+
+    if greedy(sum(weights)) is None:
+        raise WindtunnelError(f"Plan field 'layout' is 'balanced': {stages} stages of at most {limit} layers cannot "
+                              f"hold the model's {sum(layer_count)}.", field="layout")
+    lo, hi = max(weights), sum(weights)
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if greedy(mid) is not None else (mid, hi)
+    cuts = greedy(hi) or []
+    while len(cuts) < stages - 1:  # fewer stages used than given: split the heaviest multi-unit stage
+        bounds = [0, *cuts, n]
+        spans = [(sum(weights[a:b]), a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b - a > 1]
+        _, a, b = max(spans, key=lambda s: (s[0], -s[1]))
+        best = min(range(a + 1, b), key=lambda c: (max(sum(weights[a:c]), sum(weights[c:b])), c))
+        cuts = sorted([*cuts, best])
+
+    def score(cut_list: list[int]) -> tuple[float, float]:
+        bounds = [0, *cut_list, n]
+        loads: dict[int, float] = {}
+        for s, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False)):
+            loads[rank_of(s)] = loads.get(rank_of(s), 0.0) + sum(weights[a:b])
+        return max(loads.values()), sum(v * v for v in loads.values())
+
+    current = score(cuts)
+    improved = True
+    while improved:
+        improved = False
+        for index in range(len(cuts)):
+            for step in (-1, 1):
+                trial = list(cuts)
+                trial[index] += step
+                low = trial[index - 1] if index else 0
+                high = trial[index + 1] if index + 1 < len(trial) else n
+                if not low < trial[index] < high:
+                    continue
+                moved = [0, *trial, n]
+                if any(sum(layer_count[a:b]) > limit for a, b in zip(moved, moved[1:], strict=False)):
+                    continue
+                got = score(trial)
+                if got < current:
+                    cuts, current, improved = trial, got, True
+    bounds = [0, *cuts, n]
+    return [[m for unit in units[a:b] for m in unit] for a, b in zip(bounds, bounds[1:], strict=False)]

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
 
 from windtunnel.specs.errors import WindtunnelError, did_you_mean
-from windtunnel.specs.layout import stage_modules
+from windtunnel.specs.layout import BALANCED, stage_modules
 from windtunnel.specs.model import ModelSpec
 from windtunnel.specs.modules import OFFLOAD_MODULES, RECOMPUTE_MODULES
 
@@ -90,7 +90,9 @@ class Plan(BaseModel):
     # the last pipeline stage. None: the model's own count (mtp_layers).
     mtp: int | None = Field(default=None, ge=0)
     # Megatron's --pipeline-model-parallel-layout: which modules each (virtual) stage runs, e.g.
-    # 'Et*4|(t*4|)*14tmL'; empty: layers split evenly, embedding first, MTP and loss last.
+    # 'Et*4|(t*4|)*14tmL'; empty: layers split evenly, embedding first, MTP and loss last; 'balanced': the
+    # split that evens the busiest rank's time per micro-batch (specs.layout.balanced_split; the step
+    # reports the layout it chose).
     layout: str = ""
     order: str = "tp-cp-dp-pp"
 
@@ -328,7 +330,7 @@ def validate_plan(plan: Plan, model: ModelSpec | None, devices: int, seq_len: in
              f"more than the model's {layers} layers is not a model; use 0 to {layers} (DeepSeek-V3 trains 1).")
     if plan.layout or plan.mtp:
         _check_layout(plan, model)
-    if chunks > layers and not plan.layout:
+    if chunks > layers and plan.layout in ("", BALANCED):
         fail("pp", f"Plan pp*vpp = {plan.pp}*{plan.vpp} = {chunks} exceeds the model's {layers} layers; "
              f"use pp*vpp <= {layers}.")
     if plan.vpp > 1 and plan.pp == 1:
@@ -342,7 +344,7 @@ def _check_layout(plan: Plan, model: ModelSpec | None) -> None:
         field = "layout" if plan.layout else "mtp"
         raise WindtunnelError(f"Plan field '{field}' needs a transformer model; an operator-DAG model has no "
                               "embedding/MTP/loss modules to place (leave it out).", field=field)
-    if plan.layout:
+    if plan.layout and plan.layout != BALANCED:
         # DualPipe runs pp stages, stage i on rank i and, mirrored, on rank pp-1-i.
         stages = plan.pp if plan.pipeline_schedule == "dualpipe" else plan.pp * plan.vpp
         stage_modules(model, plan.layout, stages, model.mtp_layers if plan.mtp is None else plan.mtp)

@@ -36,7 +36,9 @@ def step_assumptions(job: Any, builder: Any) -> list[str]:
         "loss: " + ("fused cross-entropy kernel (bf16 logits, gradient written in the forward)" if builder.fused_loss
                     else "unfused fp32 cross-entropy (Megatron-LM default: ~52 bytes of HBM traffic per logit)"),
         f"pipeline schedule {builder.schedule}; "
-        + (f"stages as the layout {plan.layout}" if plan.layout else
+        + (f"stages balanced by forward + backward time per micro-batch on the busiest rank: layout "
+           f"{builder.chosen_layout} (pass it as layout=... to pin it)" if plan.layout == "balanced" else
+           f"stages as the layout {plan.layout}" if plan.layout else
            (f"layers split as evenly as possible over {plan.pp} stages, rank r running stages r and pp-1-r "
             "(two copies of the model, DualPipe), embedding on the first, loss on the last"
             if builder.schedule == "dualpipe" else

@@ -25,7 +25,7 @@ from windtunnel.graph.transformer import (
 from windtunnel.specs.bounds import MAX_EXACT_MICRO_BATCHES
 from windtunnel.specs.errors import InternalError, WindtunnelError, check_result
 from windtunnel.specs.hardware import Cluster
-from windtunnel.specs.layout import LAYER_KINDS, stage_modules
+from windtunnel.specs.layout import BALANCED, LAYER_KINDS, balanced_split, layout_string, stage_modules
 from windtunnel.specs.model import ModelSpec
 from windtunnel.specs.plan import Plan, validate_plan
 from windtunnel.specs.stack import DEFAULT_STACK, Stack, load_stack, with_stack_defaults
@@ -130,6 +130,7 @@ class _StepBuilder(PipelinePlay):
                 "offload_layers=0 or give the chip those fields.", field="offload_layers")
         self.schedule = plan.pipeline_schedule
         self.mtp = 0 if job.dag is not None else (model.mtp_layers if plan.mtp is None else plan.mtp)
+        self.chosen_layout = ""  # the layout layout=balanced chose (stage_split)
         self.micro_batches = job.global_batch // (plan.mbs * plan.dp)
         kernels = stack.kernels
         self.flash_attention = kernels.attention != "unfused" if job.flash_attention is None else job.flash_attention
@@ -298,17 +299,17 @@ class _StepBuilder(PipelinePlay):
 
     # ---- chunks -------------------------------------------------------------------------------
     def chunks(self) -> dict[tuple[int, int], _Chunk]:
-        model, plan = self.job.model, self.plan
+        plan = self.plan
         chunks: dict[tuple[int, int], _Chunk] = {}
         if self.schedule == "dualpipe":
-            per_stage = stage_modules(model, plan.layout, plan.pp, self.mtp)
+            per_stage = self.stage_split(plan.pp, lambda s: min(s, plan.pp - 1 - s))
             for rank in range(plan.pp):
                 for chunk in (0, 1):
                     stage = rank if chunk == 0 else plan.pp - 1 - rank
                     chunks[(rank, chunk)] = _Chunk(rank, chunk, stage, plan.pp, per_stage[stage])
         else:
             virtual = plan.pp * plan.vpp
-            per_virtual = self.dag_stages or stage_modules(model, plan.layout, virtual, self.mtp)
+            per_virtual = self.dag_stages or self.stage_split(virtual, lambda v: v % plan.pp)
             for v in range(virtual):
                 rank, chunk = v % plan.pp, v // plan.pp
                 chunks[(rank, chunk)] = _Chunk(rank, chunk, v, virtual, per_virtual[v])
@@ -317,6 +318,30 @@ class _StepBuilder(PipelinePlay):
         for chunk in chunks.values():
             self._cost_chunk(chunk, shares_embedding=chunk.rank in with_embedding)
         return chunks
+
+    def stage_split(self, stages: int, rank_of) -> list[list[str]]:
+        """Module kinds per (virtual) stage: the plan's layout, the even split, or with layout=balanced the split
+        that evens the busiest rank's forward + backward time per micro-batch (``rank_of``: stage -> rank)."""
+        model, plan = self.job.model, self.plan
+        if plan.layout != BALANCED:
+            return stage_modules(model, plan.layout, stages, self.mtp)
+        modules = stage_modules(model, "", 1, self.mtp)[0]
+        units: list[list[str]] = []
+        for kind in modules:  # an MTP module (mtp_embedding .. mtp_head) moves as one unit
+            if units and units[-1][0] == "mtp_embedding" and units[-1][-1] != "mtp_head":
+                units[-1].append(kind)
+            else:
+                units.append([kind])
+        mode = self.recompute_modes(1)[0]
+
+        def seconds(kind: str) -> float:
+            backward = f"bwd-{mode}" if kind in LAYER_KINDS else "bwd-none"
+            return self.played(kind, "fwd").time + self.played(kind, backward).time
+
+        even = max(sum(k in LAYER_KINDS for k in stage) for stage in stage_modules(model, "", stages, self.mtp))
+        split = balanced_split(units, [sum(seconds(k) for k in unit) for unit in units], stages, rank_of, even)
+        self.chosen_layout = layout_string(split)
+        return split
 
     def _cost_chunk(self, chunk: _Chunk, *, shares_embedding: bool = False) -> None:
         modules = list(chunk.layers)
