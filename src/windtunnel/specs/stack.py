@@ -107,6 +107,10 @@ class Comm(_Frozen):
     # and backward: [forward routed, forward gathered, backward routed, backward gathered]. None: the
     # fused permutation (two passes over the routed rows each way).
     allgather_index_passes: tuple[float, float, float, float] | None = None
+    # A MoE layer's shared experts run beside the routed experts' dispatch and combine (Megatron-Core's
+    # overlapped shared expert, DeepEP flex paths) or only after the routed output is combined, on the
+    # same stream, with the dispatcher's collectives synchronous (false): nothing hides those collectives.
+    shared_expert_overlap: bool = True
     # Compute units (SMs / AI cores) collective kernels hold while they run beside compute; the
     # overlapped compute runs on the rest. None: the chip's efficiency profile decides.
     comm_units: int | None = None

@@ -144,6 +144,7 @@ class _StepBuilder(PipelinePlay):
                               cp_merge=(stack.comm.cp_merge_bytes, stack.comm.cp_merge_backward_bytes),
                               cp_grad_bytes=stack.comm.cp_grad_bytes, cp_regather=stack.comm.cp_backward_regather,
                               gather_index_passes=stack.comm.allgather_index_passes,
+                              shared_overlap=stack.comm.shared_expert_overlap,
                               mla_pad_v=kernels.mla_pad_v,
                               moe_imbalance=job.moe_imbalance if plan.ep > 1 or model.moe else 1.0,
                               precision=plan.precision, dedup_dispatch=plan.dispatcher == "deepep",
