@@ -179,3 +179,34 @@ def test_shared_experts_after_the_combine_hide_no_dispatch():
                                            "comm": serial.comm.model_copy(update={"shared_expert_overlap": True})})
     assert simulate_training(framework=serial, **kwargs).step_time_s > \
         simulate_training(framework=overlapped, **kwargs).step_time_s
+
+
+def test_unfused_gradient_accumulation_adds_each_weights_gradient_every_micro_batch():
+    # --no-gradient-accumulation-fusion: Megatron's DDP hook adds every weight's 16-bit gradient to its fp32
+    # main gradient each micro-batch (2 + 2 x 4 bytes per weight); MoE layers carry many weights per token.
+    from windtunnel.specs.hardware import load_hardware
+    from windtunnel.train.step import TrainingJob, _StepBuilder
+
+    assert load_stack("mindspeed").kernels.grad_accum_fusion == "none"
+    assert load_stack("megatron").kernels.grad_accum_fusion == "all"
+    assert parse_plan("gradient_accumulation_fusion=Experts").grad_accum_fusion == "experts"
+    model, cluster = load_model("mixtral-8x7b"), load_hardware("ascend-910b", 16)
+
+    def builder(fusion):
+        plan = parse_plan(f"tp=2,pp=2,ep=4,grad_accum_fusion={fusion}")
+        return _StepBuilder(TrainingJob(model=model, cluster=cluster, plan=plan, seq_len=4096, global_batch=32,
+                                        framework="mindspeed"))
+
+    adds = {}
+    for fusion in ("all", "experts", "none"):
+        b = builder(fusion)
+        ops = [op for g in b.backward_graphs("moe", "none") for op in g.ops if op.name == "main_grad_add"]
+        adds[fusion] = ops[0].bytes_moved if ops else 0.0
+        dense, expert = b.layer_params("moe")
+    assert adds["all"] == 0.0
+    assert adds["experts"] == pytest.approx(10.0 * dense)
+    assert adds["none"] == pytest.approx(10.0 * (dense + expert)) and expert > 5 * dense
+    kwargs = dict(model="mixtral-8x7b", hardware="ascend-910b", devices=16, seq_len=4096, global_batch=32,
+                  framework="mindspeed")
+    assert simulate_training(plan="tp=2,pp=2,ep=4,grad_accum_fusion=none", **kwargs).step_time_s > \
+        simulate_training(plan="tp=2,pp=2,ep=4,grad_accum_fusion=all", **kwargs).step_time_s

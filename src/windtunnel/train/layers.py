@@ -328,6 +328,23 @@ def backward_with_recompute(forward: OpGraph, mode: str) -> list[OpGraph]:
     return [joined]
 
 
+def with_main_grad_add(graphs: list[OpGraph], params: float, main_grad_bytes: float) -> list[OpGraph]:
+    """The backward graphs followed by the unfused main-gradient accumulation of ``params`` weights.
+
+    Without gradient-accumulation fusion the weight-gradient GEMM writes a 16-bit ``param.grad`` and
+    Megatron's DDP hook adds it to the main gradient each micro-batch (``param.main_grad.add_(param.grad.data)``
+    in distributed_data_parallel.py _make_param_hook, core_r0.6.0 and core_v0.12.1; MindSpeed keeps the hook):
+    read the 16-bit gradient and the main gradient, write the main gradient: 2 + 2 x main_grad_bytes per weight,
+    on the compute stream."""
+    if params <= 0 or not graphs:
+        return graphs
+    last = OpGraph(list(graphs[-1].ops))
+    moved = params * (2.0 + 2.0 * main_grad_bytes)
+    last.add(Op("main_grad_add", "memory", flops=params, bytes_moved=moved, deps=tuple(last.sinks()),
+                model_flops=False, phase="bwd"))
+    return graphs[:-1] + [last]
+
+
 def saved_activation_bytes(forward: OpGraph, mode: str) -> float:
     """Activation bytes one layer keeps for its backward under a recompute mode (per micro-batch)."""
     if not forward.ops:
