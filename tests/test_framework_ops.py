@@ -133,3 +133,80 @@ def test_mla_values_padded_to_the_query_head_dim_cost_attention_and_a_copy():
     # the out projection still takes the real value width
     assert _op(padded, "out_proj").shape == _op(plain, "out_proj").shape
     assert load_stack("mindspeed").kernels.mla_pad_v and not load_stack("megatron").kernels.mla_pad_v
+
+
+def test_expert_all_to_all_carries_the_busiest_ranks_tokens():
+    # The dispatch all-to-all ends when the busiest EP rank has received its tokens, the combine when it
+    # has sent them back: both grow with the imbalance, as the expert GEMMs do.
+    from windtunnel.cost.collectives import collective_time
+    from windtunnel.specs.hardware import load_hardware
+    from windtunnel.train.placement import place_plan
+
+    model = load_model("mixtral-8x7b")
+    graphs = {imb: layer_forward(model, Sharding(ep=4, seq_len=4096, moe_imbalance=imb), moe=True) for imb in (1.0, 1.5)}
+    for name in ("dispatch", "combine"):
+        balanced, skewed = (_op(graphs[imb], name).bytes_moved for imb in (1.0, 1.5))
+        assert skewed == pytest.approx(1.5 * balanced)
+    assert _op(graphs[1.0], "dispatch").bytes_moved == 2 * 4096 * model.moe.topk * model.hidden
+    cluster = load_hardware("ascend-910b", 8)
+    group = place_plan(parse_plan("ep=4,dp=2"), cluster).group("ep")
+    from windtunnel.cost.efficiency import efficiency_for
+
+    eff = efficiency_for(cluster.chip)
+    times = [collective_time("all_to_all", _op(graphs[imb], "dispatch").bytes_moved, group, cluster, eff)
+             for imb in (1.0, 1.5)]
+    assert times[1] > 1.4 * times[0]
+
+
+def test_shared_experts_after_the_combine_hide_no_dispatch():
+    # MindSpeed-LLM runs the shared experts after the unpermutation; Megatron's overlapped shared expert
+    # (the default stack data) runs them beside the dispatch.
+    assert load_stack("mindspeed").comm.shared_expert_overlap is False
+    assert load_stack("megatron").comm.shared_expert_overlap is True
+    model = load_model("deepseek-v3")
+    shard = dict(ep=8, seq_len=4096, gather_dispatch=True)
+    beside = layer_forward(model, Sharding(**shard), moe=True)
+    after = layer_forward(model, Sharding(**shard, shared_overlap=False), moe=True)
+    names = [op.name for op in after.ops]
+    up = _op(after, "shared_experts.up_proj")
+    # they wait for the routed output (the unpermutation after the combine); beside it they wait for the norm only
+    assert up.deps == (names.index("unpermute"),) and names.index("combine") < names.index("unpermute")
+    assert _op(beside, "shared_experts.up_proj").deps == (names.index("moe_norm"),)
+    kwargs = dict(model="deepseek-v3", hardware="ascend-910b", plan="tp=1,pp=8,ep=8,dispatcher=allgather",
+                  seq_len=4096, global_batch=64, devices=256)
+    serial = load_stack("mindspeed")
+    overlapped = serial.model_copy(update={"id": "mindspeed-overlap",
+                                           "comm": serial.comm.model_copy(update={"shared_expert_overlap": True})})
+    assert simulate_training(framework=serial, **kwargs).step_time_s > \
+        simulate_training(framework=overlapped, **kwargs).step_time_s
+
+
+def test_unfused_gradient_accumulation_adds_each_weights_gradient_every_micro_batch():
+    # --no-gradient-accumulation-fusion: Megatron's DDP hook adds every weight's 16-bit gradient to its fp32
+    # main gradient each micro-batch (2 + 2 x 4 bytes per weight); MoE layers carry many weights per token.
+    from windtunnel.specs.hardware import load_hardware
+    from windtunnel.train.step import TrainingJob, _StepBuilder
+
+    assert load_stack("mindspeed").kernels.grad_accum_fusion == "none"
+    assert load_stack("megatron").kernels.grad_accum_fusion == "all"
+    assert parse_plan("gradient_accumulation_fusion=Experts").grad_accum_fusion == "experts"
+    model, cluster = load_model("mixtral-8x7b"), load_hardware("ascend-910b", 16)
+
+    def builder(fusion):
+        plan = parse_plan(f"tp=2,pp=2,ep=4,grad_accum_fusion={fusion}")
+        return _StepBuilder(TrainingJob(model=model, cluster=cluster, plan=plan, seq_len=4096, global_batch=32,
+                                        framework="mindspeed"))
+
+    adds = {}
+    for fusion in ("all", "experts", "none"):
+        b = builder(fusion)
+        ops = [op for g in b.backward_graphs("moe", "none") for op in g.ops if op.name == "main_grad_add"]
+        adds[fusion] = ops[0].bytes_moved if ops else 0.0
+        dense, expert = b.layer_params("moe")
+    assert adds["all"] == 0.0
+    assert adds["experts"] == pytest.approx(10.0 * dense)
+    assert adds["none"] == pytest.approx(10.0 * (dense + expert)) and expert > 5 * dense
+    kwargs = dict(model="mixtral-8x7b", hardware="ascend-910b", devices=16, seq_len=4096, global_batch=32,
+                  framework="mindspeed")
+    assert simulate_training(plan="tp=2,pp=2,ep=4,grad_accum_fusion=none", **kwargs).step_time_s > \
+        simulate_training(plan="tp=2,pp=2,ep=4,grad_accum_fusion=all", **kwargs).step_time_s

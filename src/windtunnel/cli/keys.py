@@ -30,6 +30,7 @@ PLAN_KEYS = {
     "precision": "compute precision of the GEMMs",
     "dispatcher": "MoE token dispatcher (deepep deduplicates tokens, alltoall, allgather)",
     "expert_gemm": "local experts as one grouped GEMM or Megatron-Core's SequentialMLP loop (sequential)",
+    "grad_accum_fusion": "weights whose wgrad GEMM accumulates into the main gradients (all, experts, none)",
     "cp_algo": "how context parallelism exchanges keys and values",
     "cuda_graphs": "kernels captured in CUDA graphs: none (eager), modules, full (whole step)",
     "grads": "main-gradient dtype (also the DP reduction's)",

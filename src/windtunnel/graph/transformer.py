@@ -57,6 +57,7 @@ class Sharding:
     cp_grad_bytes: float = ACT_BYTES
     cp_regather: bool = False
     gather_index_passes: tuple[float, float, float, float] | None = None  # stack comm.allgather_index_passes
+    shared_overlap: bool = True  # stack comm.shared_expert_overlap: shared experts run beside the dispatch
     mla_pad_v: bool = False  # stack kernels.mla_pad_v: MLA's values padded to the query/key head dim
 
     @property
@@ -360,7 +361,8 @@ class _Builder:
                               host_ops=15.0, backward_host_ops=1.0, host_sync=True)
         self.graphed.append(range(router, permute + 1))
         routed_tokens = tokens * moe.topk
-        sent = s.dispatch_bytes * routed_tokens * m.hidden
+        # An all-to-all ends when the busiest rank has received (dispatch) or sent (combine) its imbalance x share.
+        sent = s.dispatch_bytes * routed_tokens * m.hidden * s.moe_imbalance
         fanout = moe.topk if s.dedup_dispatch else 1
         if s.gather_dispatch and s.ep > 1:
             # Megatron's allgather dispatcher: every EP rank all-gathers the group's (unrouted) tokens and
@@ -372,8 +374,7 @@ class _Builder:
             dispatch = (self.comm("dispatch", "all_to_all", "ep", sent, (permute,), fanout, host_ops=2.0)
                         if s.ep > 1 else permute)
         local_experts = moe.experts // s.ep
-        # Balanced routing sends tokens*topk tokens to this rank's experts on average; the busiest
-        # rank of the EP group sets the pace, hence the imbalance factor.
+        # Balanced routing sends tokens*topk tokens to this rank's experts on average; the busiest rank sets the pace.
         per_expert = max(1, round(routed_tokens * s.moe_imbalance / local_experts))
         received = per_expert * local_experts
         expert_input = (dispatch,)
@@ -404,7 +405,7 @@ class _Builder:
         if s.gather_dispatch and s.ep > 1:
             combine = self.comm("combine", "reduce_scatter", "ep", ACT_BYTES * tokens * m.hidden * s.ep, (down,))
         else:
-            combine = (self.comm("combine", "all_to_all", "ep", ACT_BYTES * routed_tokens * m.hidden, (down,), fanout)
+            combine = (self.comm("combine", "all_to_all", "ep", sent / s.dispatch_bytes * ACT_BYTES, (down,), fanout)
                        if s.ep > 1 else down)
         # The routing probabilities are applied inside the expert activation (Megatron-Core's fused weighted
         # SwiGLU), whose saved input gives their gradient; the unpermutation only scatters and sums.
@@ -412,8 +413,8 @@ class _Builder:
         ends = [unpermute]
         if moe.shared_experts:
             width = moe.shared_ffn_hidden or moe.ffn_hidden
-            # Shared experts do not wait for the dispatch, so they overlap with it.
-            shared_in = self.enter_tp("shared", x)
+            # Shared experts do not wait for the dispatch, so they overlap with it (unless run after the combine).
+            shared_in = self.enter_tp("shared", x if s.shared_overlap else (unpermute,))
             shared = self.mlp_ops("shared_experts", s.tokens, width * moe.shared_experts // s.tp, shared_in, sp_input=True)
             ends.extend(self.exit_tp("shared", (shared,)))
         return (self.memory("moe_residual", tokens * m.hidden, tuple(ends), passes=3.0),)

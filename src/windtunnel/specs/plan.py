@@ -55,6 +55,11 @@ class Plan(BaseModel):
     # Local experts as one grouped GEMM (--moe-grouped-gemm) or Megatron-Core's SequentialMLP loop
     # (sequential); unset: the stack's kernels.expert_gemm.
     expert_gemm: Literal["grouped", "sequential"] = "grouped"
+    # Which weights' gradients the weight-gradient GEMM accumulates straight into the main gradients
+    # (Megatron's gradient_accumulation_fusion; MindSpeed's --gemm-gradient-accumulation-fusion for the
+    # grouped experts): all, experts only, or none (each micro-batch's 16-bit gradient is then added to
+    # the main gradient by the DDP hook); unset: the stack's kernels.grad_accum_fusion.
+    grad_accum_fusion: Literal["all", "experts", "none"] = "all"
     # How context parallelism exchanges keys and values (the stack's comm.context_parallel when unset):
     # ring (P2P ring attention; Megatron cp_comm_type p2p, MindSpeed megatron_cp_algo), allgather (KV
     # all-gather; torchtitan, Llama 3) or ulysses (head/sequence all-to-alls; DeepSpeed-Ulysses, Megatron
@@ -124,6 +129,8 @@ class Plan(BaseModel):
             parts.append(f"dispatcher={self.dispatcher}")
         if self.expert_gemm != "grouped":
             parts.append(f"expert_gemm={self.expert_gemm}")
+        if self.grad_accum_fusion != "all":
+            parts.append(f"grad_accum_fusion={self.grad_accum_fusion}")
         if self.cp > 1 and self.cp_algo != "ring":
             parts.append(f"cp_algo={self.cp_algo}")
         if self.etp > 1:
@@ -211,6 +218,7 @@ _ALIASES = {
     "moments_dtype": "moments", "exp_avg_dtype": "moments", "adam_moments": "moments",
     "offload-modules": "offload_modules", "reuse-fp32-param": "reuse_fp32_param", "swap-optimizer": "swap_optimizer",
     "activation_func_fp8_input_store": "act_fp8_store", "activation-func-fp8-input-store": "act_fp8_store",
+    "gradient_accumulation_fusion": "grad_accum_fusion", "gradient-accumulation-fusion": "grad_accum_fusion",
     "cp_comm_type": "cp_algo", "context_parallel_algo": "cp_algo", "context-parallel-algo": "cp_algo", "cp-algo": "cp_algo",
     "cpu_offloading_num_layers": "offload_layers", "offload": "offload_layers", "offload-layers": "offload_layers",
     "mtp_num_layers": "mtp", "mtp_layers": "mtp", "mtp-num-layers": "mtp",
@@ -268,7 +276,8 @@ def parse_plan(text: str | dict | Plan) -> Plan:
         if key == "zero" and isinstance(value, str) and value.lower() in ("true", "false"):
             value = 1 if value.lower() == "true" else 0
         if key in ("recompute", "schedule", "precision", "dispatcher", "cuda_graphs", "order", "recompute_modules",
-                   "grads", "moments", "offload_modules", "cp_algo", "expert_gemm") and isinstance(value, str):
+                   "grads", "moments", "offload_modules", "cp_algo", "expert_gemm", "grad_accum_fusion") \
+                and isinstance(value, str):
             value = value.lower()
         data[key] = value
     from windtunnel.specs.validation import build

@@ -51,6 +51,9 @@ class Kernels(_Frozen):
     # kernel, Megatron's --moe-grouped-gemm) or 'sequential' (Megatron-Core's SequentialMLP: a Python
     # loop of one MLP per expert over slices of the permuted tokens).
     expert_gemm: Literal["grouped", "sequential"] = "grouped"
+    # Weights whose gradients the weight-gradient GEMM accumulates into the fp32 main gradients when the plan
+    # does not say (plan grad_accum_fusion): all (Transformer Engine, Megatron's fused wgrad), experts, none.
+    grad_accum_fusion: Literal["all", "experts", "none"] = "all"
     # Multi-head latent attention pads its values to the query/key head dim for an attention kernel that
     # takes one head dim (and slices the output back): the value half of attention runs at that dim.
     mla_pad_v: bool = False
@@ -107,6 +110,10 @@ class Comm(_Frozen):
     # and backward: [forward routed, forward gathered, backward routed, backward gathered]. None: the
     # fused permutation (two passes over the routed rows each way).
     allgather_index_passes: tuple[float, float, float, float] | None = None
+    # A MoE layer's shared experts run beside the routed experts' dispatch and combine (Megatron-Core's
+    # overlapped shared expert, DeepEP flex paths) or only after the routed output is combined, on the
+    # same stream, with the dispatcher's collectives synchronous (false): nothing hides those collectives.
+    shared_expert_overlap: bool = True
     # Compute units (SMs / AI cores) collective kernels hold while they run beside compute; the
     # overlapped compute runs on the rest. None: the chip's efficiency profile decides.
     comm_units: int | None = None
@@ -265,6 +272,7 @@ _PLAN_DEFAULTS = {
     "dispatcher": lambda stack: stack.comm.moe_dispatcher,
     "cp_algo": lambda stack: stack.comm.context_parallel,
     "expert_gemm": lambda stack: stack.kernels.expert_gemm,
+    "grad_accum_fusion": lambda stack: stack.kernels.grad_accum_fusion,
     "reuse_fp32_param": lambda stack: stack.memory.reuse_fp32_param,
     "swap_optimizer": lambda stack: stack.memory.swap_optimizer,
 }

@@ -334,8 +334,9 @@ def split_weight_gradients(graph: OpGraph) -> tuple[OpGraph, OpGraph]:
     waits for, with any recomputation; the weight-gradient operators, run later as one block).
     Weight gradients are sinks of the backward (nothing waits for them), so the first part keeps every
     other dependency; in the second the operators wait for nothing but each other's stream order.
-    An operator something waits for stays in the first part whatever it is."""
-    used = {dep for op in graph.ops for dep in op.deps}
+    An operator that something outside the weight gradients waits for stays in the first part whatever
+    it is (the main-gradient add of an unfused accumulation waits for its weight gradients and is one)."""
+    used = {dep for op in graph.ops if not op.weight_grad for dep in op.deps}
     deferred = {i for i, op in enumerate(graph.ops) if op.weight_grad and i not in used}
     inputs, weights = OpGraph(), OpGraph()
     index_map: dict[int, int] = {}
@@ -345,6 +346,23 @@ def split_weight_gradients(graph: OpGraph) -> tuple[OpGraph, OpGraph]:
         else:
             index_map[index] = inputs.add(replace(op, deps=tuple(index_map[d] for d in op.deps)))
     return inputs, weights
+
+
+def with_main_grad_add(graphs: list[OpGraph], params: float, main_grad_bytes: float) -> list[OpGraph]:
+    """The backward graphs followed by the unfused main-gradient accumulation of ``params`` weights.
+
+    Without gradient-accumulation fusion the weight-gradient GEMM writes a 16-bit ``param.grad`` and
+    Megatron's DDP hook adds it to the main gradient each micro-batch (``param.main_grad.add_(param.grad.data)``
+    in distributed_data_parallel.py _make_param_hook, core_r0.6.0 and core_v0.12.1; MindSpeed keeps the hook):
+    read the 16-bit gradient and the main gradient, write the main gradient: 2 + 2 x main_grad_bytes per weight,
+    on the compute stream."""
+    if params <= 0 or not graphs:
+        return graphs
+    last = OpGraph(list(graphs[-1].ops))
+    moved = params * (2.0 + 2.0 * main_grad_bytes)
+    last.add(Op("main_grad_add", "memory", flops=params, bytes_moved=moved, deps=tuple(last.sinks()),
+                model_flops=False, phase="bwd", weight_grad=True))
+    return graphs[:-1] + [last]
 
 
 def saved_activation_bytes(forward: OpGraph, mode: str) -> float:

@@ -31,7 +31,14 @@ from windtunnel.specs.plan import Plan, validate_plan
 from windtunnel.specs.stack import DEFAULT_STACK, Stack, load_stack, with_stack_defaults
 from windtunnel.train.assumptions import step_assumptions
 from windtunnel.train.flops import model_flops_per_token
-from windtunnel.train.layers import ZERO, LayerCoster, Played, backward_with_recompute, split_weight_gradients
+from windtunnel.train.layers import (
+    ZERO,
+    LayerCoster,
+    Played,
+    backward_with_recompute,
+    split_weight_gradients,
+    with_main_grad_add,
+)
 from windtunnel.train.memory import WEIGHT_BYTES, StateBytes, layer_saved_bytes, step_memory
 from windtunnel.train.pipeline_play import PipelinePlay
 from windtunnel.train.placement import Placement, place_plan
@@ -149,6 +156,7 @@ class _StepBuilder(PipelinePlay):
                               cp_merge=(stack.comm.cp_merge_bytes, stack.comm.cp_merge_backward_bytes),
                               cp_grad_bytes=stack.comm.cp_grad_bytes, cp_regather=stack.comm.cp_backward_regather,
                               gather_index_passes=stack.comm.allgather_index_passes,
+                              shared_overlap=stack.comm.shared_expert_overlap,
                               mla_pad_v=kernels.mla_pad_v,
                               moe_imbalance=job.moe_imbalance if plan.ep > 1 or model.moe else 1.0,
                               precision=plan.precision, dedup_dispatch=plan.dispatcher == "deepep",
@@ -284,7 +292,11 @@ class _StepBuilder(PipelinePlay):
         """The graphs of one backward pass of a layer kind (cached)."""
         key = (kind, mode)
         if key not in self._backward:
-            self._backward[key] = backward_with_recompute(self.forward_graphs[kind], mode)
+            graphs = backward_with_recompute(self.forward_graphs[kind], mode)
+            # Weights whose wgrad GEMM does not accumulate into the main gradients (plan grad_accum_fusion).
+            dense, expert = self.layer_params(kind)
+            unfused = {"all": 0.0, "experts": dense, "none": dense + expert}[self.plan.grad_accum_fusion]
+            self._backward[key] = with_main_grad_add(graphs, unfused, 4.0 if self.plan.grads == "fp32" else 2.0)
         return self._backward[key]
 
     def recompute_modes(self, count: int) -> list[str]:
