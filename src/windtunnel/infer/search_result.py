@@ -26,7 +26,8 @@ class ServingSearch(JsonResult):
     objective: str  # devices, cost or goodput
     objective_text: str
     attainment_target: float  # fraction of requests within the SLO
-    price_per_device_hour: float | None  # USD
+    price_per_device_hour: float | None  # in currency per device-hour
+    currency: str  # the price's currency as given ('' when none was)
     slo: dict[str, float | None]  # ttft_s, tpot_s (seconds)
     seed: int
     traffic: dict[str, Any]
