@@ -210,3 +210,16 @@ def test_unfused_gradient_accumulation_adds_each_weights_gradient_every_micro_ba
                   framework="mindspeed")
     assert simulate_training(plan="tp=2,pp=2,ep=4,grad_accum_fusion=none", **kwargs).step_time_s > \
         simulate_training(plan="tp=2,pp=2,ep=4,grad_accum_fusion=all", **kwargs).step_time_s
+
+
+def test_expert_imbalance_needs_expert_parallel_ranks_to_wait_for():
+    """With ep=1 every rank runs every expert on all its tokens (TP-sharded), so no rank waits for a busier one:
+    the load-imbalance factor changes nothing; with ep > 1 the busiest expert rank sets the step."""
+    from windtunnel.api import simulate_training
+
+    def step(plan: str, imbalance: float) -> float:
+        return simulate_training("mixtral-8x7b", "h100-sxm", 16, seq_len=4096, global_batch=64, plan=plan,
+                                 moe_imbalance=imbalance).step_time_s
+
+    assert step("tp=8,ep=1", 1.0) == step("tp=8,ep=1", 1.5)
+    assert step("tp=2,ep=8", 1.5) > step("tp=2,ep=8", 1.0)

@@ -59,7 +59,10 @@ def step_assumptions(job: Any, builder: Any) -> list[str]:
                    f"{model.windowed_layer_fraction:.0%} of the layers: each query attends to at most "
                    f"min(seq_len, {model.attention_window}) keys (attention FLOPs and time capped)")
     if model.moe:
-        out.append(f"MoE load imbalance factor {job.moe_imbalance:.2f} on the busiest expert rank")
+        out.append(f"MoE load imbalance factor {job.moe_imbalance:.2f} on the busiest expert rank (its expert GEMMs "
+                   "and all-to-all)" if plan.ep > 1 else
+                   "MoE with ep=1: every rank runs every expert on all its tokens, so no rank waits for a busier one "
+                   "(the load-imbalance factor does not apply)")
         if plan.ep > 1:
             out.append(f"expert dispatch in {'fp8' if plan.precision == 'fp8' else '16-bit'}, combine in 16-bit; "
                        + ("deduplicating dispatcher (DeepEP-style: one copy per remote domain)"

@@ -158,7 +158,7 @@ class _StepBuilder(PipelinePlay):
                               gather_index_passes=stack.comm.allgather_index_passes,
                               shared_overlap=stack.comm.shared_expert_overlap,
                               mla_pad_v=kernels.mla_pad_v,
-                              moe_imbalance=job.moe_imbalance if plan.ep > 1 or model.moe else 1.0,
+                              moe_imbalance=job.moe_imbalance if plan.ep > 1 else 1.0,  # ep=1: no rank waits for another
                               precision=plan.precision, dedup_dispatch=plan.dispatcher == "deepep",
                               gather_dispatch=plan.dispatcher == "allgather",
                               dispatch_bytes=1.0 if plan.precision == "fp8" else ACT_BYTES,
