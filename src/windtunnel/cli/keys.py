@@ -31,6 +31,7 @@ PLAN_KEYS = {
     "dispatcher": "MoE token dispatcher (deepep deduplicates tokens, alltoall, allgather)",
     "expert_gemm": "local experts as one grouped GEMM or Megatron-Core's SequentialMLP loop (sequential)",
     "cp_algo": "how context parallelism exchanges keys and values",
+    "cp_overlap": "overlap the CP transfers with attention (false: each waited where issued, as compiled)",
     "cuda_graphs": "kernels captured in CUDA graphs: none (eager), modules, full (whole step)",
     "grads": "main-gradient dtype (also the DP reduction's)",
     "moments": "Adam moment dtype",
