@@ -82,3 +82,111 @@ def test_the_plan_field_overrides_the_stack_and_round_trips():
     with pytest.raises(WindtunnelError) as info:
         parse_plan("cp=2,cp_algo=zigzag")
     assert "cp_algo" in str(info.value)
+
+
+# PyTorch's context_parallel (torchtitan): the all-gather rotater's forward, its backward's re-gather and fp32
+# dK/dV rotation, overlapped as eager PyTorch waits (at first use) or serialised as a compiled block waits.
+TITAN = dict(model="llama3-8b", hardware="h100-hbm2e-500w", devices=16, seq_len=SEQ, global_batch=1)
+TITAN_PLAN = "tp=8,cp=2,mbs=1,sp=true,recompute=none,precision=bf16"
+
+
+def _layer(phase: str, overlap: bool, framework: str = "torchtitan"):
+    from windtunnel.insight import training_job
+    from windtunnel.train.step import _StepBuilder
+
+    builder = _StepBuilder(training_job(**TITAN, plan=f"{TITAN_PLAN},cp_overlap={str(overlap).lower()}",
+                                        framework=framework))
+    assert builder.placement.cp.outermost_tier == 1  # the CP pair spans two nodes, as torchtitan's mesh puts it
+    graphs = [builder.forward_graphs["dense"]] if phase == "fwd" else builder.backward_graphs("dense", "none")
+    return builder.coster.play(graphs)  # the layer's DAG alone (no ZeRO-3 gathers beside it)
+
+
+def _spans(timeline, stream=None, name=None):
+    return [(timeline.start[i], timeline.end[i]) for i in range(len(timeline.names))
+            if (stream is None or timeline.streams[i] == stream) and (name is None or timeline.names[i] == name)
+            and timeline.end[i] > timeline.start[i]]
+
+
+def _hidden(span, busy):
+    """Seconds of ``span`` during which some compute task runs."""
+    return sum(max(0.0, min(span[1], end) - max(span[0], start)) for start, end in busy)
+
+
+def test_pytorch_cp_backward_regathers_and_rotates_fp32_gradients_every_step():
+    from windtunnel.graph.ops import backward_of
+
+    model = load_model("llama3-8b")
+    titan = load_stack("torchtitan").comm
+    kv_block = 2 * SEQ // CP * model.kv_heads * 2 * model.head_dim
+    for overlap in (True, False):
+        shard = Sharding(cp=CP, seq_len=SEQ, context_parallel="allgather", cp_overlap=overlap,
+                         cp_grad_bytes=titan.cp_grad_bytes, cp_regather=titan.cp_backward_regather)
+        graph = layer_forward(model, shard, moe=False)
+        backward = backward_of(graph)
+        gathers = [op for op in backward.ops if op.name == "cp_kv_allgather.bwd"]
+        assert [op.bytes_moved for op in gathers] == [pytest.approx(kv_block * CP)]  # K/V gathered again
+        # CP permutes, each of this rank's fp32 dK/dV (4 bytes per element): the last brings its own back
+        rotations = [op for op in backward.ops if op.name.startswith("cp_dkv_")]
+        assert all(op.kind == "send_recv" for op in rotations)
+        assert sum(op.bytes_moved for op in rotations) == pytest.approx(CP * 2 * kv_block)
+        assert sum(op.host_ops for op in rotations) == CP
+        # forward: one all-gather only; the rotations move nothing there
+        assert sum(op.bytes_moved for op in graph.ops if op.stream == "cp") == pytest.approx(kv_block * CP)
+
+
+def test_compiled_pytorch_cp_stalls_the_attention_for_every_transfer():
+    # Traced into a compiled block, each functional collective is waited where it is issued: the local block
+    # starts when the all-gather ends, and no CP transfer of the backward runs beside compute.
+    forward = _layer("fwd", overlap=False).timeline
+    (gather,) = _spans(forward, name="cp_kv_allgather")
+    (local,) = _spans(forward, name="core_attention")
+    assert local[0] == pytest.approx(gather[1])
+    backward = _layer("bwd", overlap=False).timeline
+    busy = _spans(backward, stream="compute")
+    transfers = _spans(backward, stream="cp")
+    assert len(transfers) == 2 and all(_hidden(span, busy) == pytest.approx(0.0, abs=1e-12) for span in transfers)
+    # the stalls are what the layer loses against the overlapped play, forward: the whole all-gather (shorter
+    # than the local block it runs beside when overlapped)
+    eager = _layer("fwd", overlap=True)
+    assert _layer("fwd", overlap=False).time - eager.time == pytest.approx(gather[1] - gather[0])
+
+
+def test_eager_pytorch_cp_hides_all_but_the_last_gradient_rotation():
+    forward = _layer("fwd", overlap=True).timeline
+    (gather,) = _spans(forward, name="cp_kv_allgather")
+    (local,) = _spans(forward, name="core_attention")
+    assert local[0] == pytest.approx(gather[0]) and gather[1] < local[1]  # the all-gather runs beside the local block
+    backward = _layer("bwd", overlap=True).timeline
+    busy = _spans(backward, stream="compute")
+    for name in ("cp_kv_allgather.bwd", "cp_dkv_rotate.bwd"):  # beside the local block, beside the ring steps
+        (span,) = _spans(backward, name=name)
+        assert _hidden(span, busy) == pytest.approx(span[1] - span[0])
+    (last,) = _spans(backward, name="cp_dkv_return.bwd")
+    assert _hidden(last, busy) == pytest.approx(0.0, abs=1e-12)
+    assert _layer("bwd", overlap=False).time > _layer("bwd", overlap=True).time + (last[1] - last[0])
+
+
+def test_cp_overlap_is_a_plan_field_whose_default_is_the_stack():
+    from windtunnel.specs.plan import parse_plan
+
+    assert load_stack("torchtitan").comm.cp_overlap and load_stack("megatron").comm.cp_overlap
+    assert not load_stack("torchtitan-compile").comm.cp_overlap  # compiled blocks: traced collectives
+    assert not parse_plan("cp=2,cp_overlap=false").cp_overlap and parse_plan("cp=2").cp_overlap
+    eager = simulate_training(**TITAN, plan=TITAN_PLAN, framework="torchtitan")
+    compiled = simulate_training(**TITAN, plan=TITAN_PLAN, framework="torchtitan-compile")
+    stated = simulate_training(**TITAN, plan=TITAN_PLAN + ",cp_overlap=false", framework="torchtitan")
+    assert "cp_overlap" not in eager.plan and "cp_overlap=false" in compiled.plan and "cp_overlap=false" in stated.plan
+    assert stated.step_time_s > eager.step_time_s
+    assert stated.breakdown["cp_comm"] > eager.breakdown.get("cp_comm", 0.0)
+    assert parse_plan(parse_plan("cp=2,cp_overlap=false").short()).cp_overlap is False
+    assert "cp_overlap" not in parse_plan("cp=1,cp_overlap=false").short()  # no CP, nothing to say
+
+
+def test_without_overlap_a_ring_waits_for_its_transfer_too():
+    model = load_model("llama3-8b")
+    graph = layer_forward(model, Sharding(cp=CP, seq_len=SEQ, cp_overlap=False), moe=False)
+    names = [op.name for op in graph.ops]
+    local = graph.ops[names.index("core_attention")]
+    assert names.index("cp_kv_ring") in local.deps
+    overlapped = layer_forward(model, Sharding(cp=CP, seq_len=SEQ), moe=False)
+    assert names.index("cp_kv_ring") not in overlapped.ops[names.index("core_attention")].deps

@@ -60,10 +60,16 @@ def test_pytorch_cp_merges_in_fp32_and_rotates_fp32_gradients():
     out_elements = SEQ // cp * model.heads * model.head_dim
     assert merge.bytes_moved == pytest.approx(stack.cp_merge_bytes * (cp - 1) * out_elements)
     assert merge.backward_bytes == pytest.approx(stack.cp_merge_backward_bytes * cp * out_elements)
-    # the backward gathers K/V again and sends fp32 gradients: (1 + 4/2) x the forward's all-gather
+    # the backward gathers K/V again and rotates the fp32 dK/dV accumulators, one permute per step
+    # (tests/test_context_parallel.py times them)
     gather = _op(merged, "cp_kv_allgather")
-    assert _op(backward_of(merged), "cp_kv_allgather.bwd").bytes_moved == pytest.approx(3.0 * gather.bytes_moved)
+    backward = backward_of(merged)
+    assert _op(backward, "cp_kv_allgather.bwd").bytes_moved == pytest.approx(gather.bytes_moved)
+    rotated = sum(op.bytes_moved for op in backward.ops if op.name.startswith("cp_dkv_"))
+    assert rotated == pytest.approx(cp * stack.cp_grad_bytes / 2 * gather.bytes_moved / cp)
+    # an all-gather CP without them (Llama 3's) reduce-scatters 16-bit gradients instead
     assert _op(backward_of(fused), "cp_kv_allgather.bwd").bytes_moved == pytest.approx(gather.bytes_moved)
+    assert not any(op.name.startswith("cp_dkv_") for op in fused.ops)
     # no merge without context parallelism
     single = layer_forward(model, Sharding(seq_len=SEQ, cp_merge=(50.0, 66.0)), moe=False)
     assert all(op.name != "cp_merge" for op in single.ops)

@@ -20,6 +20,7 @@ def _random_plan(rng: random.Random) -> Plan:
         "sp": rng.choice([True, False]), "tp_overlap": rng.choice([True, False]), "zero": rng.choice([0, 1, 3]),
         "ep_overlap": rng.choice([True, False]), "precision": rng.choice(["bf16", "fp8"]),
         "schedule": rng.choice([None, "dualpipe"]), "cp_algo": rng.choice(["ring", "ulysses"]),
+        "cp_overlap": rng.choice([True, False]),
     })
 
 
@@ -31,6 +32,9 @@ def test_short_form_round_trips():
         assert again.short() == plan.short()
         for name in ("tp", "pp", "cp", "ep", "vpp", "mbs", "recompute", "recompute_layers", "zero", "precision",
                      "ep_overlap", "pipeline_schedule", "sequence_parallel"):
+            assert getattr(again, name) == getattr(plan, name), (name, plan.short())
+        if plan.cp > 1:  # cp_overlap only means something with context parallelism
+            name = "cp_overlap"
             assert getattr(again, name) == getattr(plan, name), (name, plan.short())
 
 

@@ -32,6 +32,7 @@ PLAN_KEYS = {
     "expert_gemm": "local experts as one grouped GEMM or Megatron-Core's SequentialMLP loop (sequential)",
     "grad_accum_fusion": "weights whose wgrad GEMM accumulates into the main gradients (all, experts, none)",
     "cp_algo": "how context parallelism exchanges keys and values",
+    "cp_overlap": "overlap the CP transfers with attention (false: each waited where issued, as compiled)",
     "cuda_graphs": "kernels captured in CUDA graphs: none (eager), modules, full (whole step)",
     "grads": "main-gradient dtype (also the DP reduction's)",
     "moments": "Adam moment dtype",

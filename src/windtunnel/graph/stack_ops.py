@@ -77,3 +77,5 @@ def cp_backward_bytes(s, forward_bytes: float) -> float | None:
         return None
     scale = s.cp_grad_bytes / ACT_BYTES
     return forward_bytes * (scale + (1.0 if s.cp_regather else 0.0))
+
+

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from windtunnel.graph import stack_ops
+from windtunnel.graph import context_parallel, stack_ops
 from windtunnel.graph.ops import Op, OpGraph
-from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.model import ModelSpec
 
 ACT_BYTES = 2  # bf16/fp16 activations
@@ -47,6 +46,7 @@ class Sharding:
     fused_elementwise: bool = True
     linear_host_ops: float = TE_MODULE_HOST_OPS
     context_parallel: str = "ring"
+    cp_overlap: bool = True  # CP transfers beside the attention, or each waited where issued (plan cp_overlap)
     # The model copies each KV head to every query head it serves before calling attention (stack
     # kernels.repeat_kv): attention and context parallelism then handle full-head K and V.
     repeat_kv: bool = False
@@ -214,15 +214,23 @@ class _Builder:
         qkv_bytes = ACT_BYTES * b * q_len * (heads * qk_dim + kv_heads * (qk_dim + v_dim))
         out_bytes = ACT_BYTES * b * q_len * heads * v_dim
         ring = deps
+        shape = (b * heads, q_len, kv_len, qk_dim, window_keys, window_share)
+        kv_block = ACT_BYTES * b * q_len * kv_heads * (qk_dim + v_dim)  # bytes of this rank's K and V
+        # Flash: Q, K, V and the fp32 log-sum-exp are saved; the output O once, as the out projection's input.
+        saved = qkv_bytes + 4.0 * b * heads * q_len
         if s.cp > 1 and s.context_parallel == "ulysses" and s.flash_attention:
-            return self._ulysses_attention(deps, heads, kv_heads, qk_dim, v_dim, scores, score_flops + value_flops,
-                                           (window_keys, window_share))
+            return context_parallel.ulysses_attention(self, deps, heads, kv_heads, qk_dim, v_dim, scores,
+                                                      score_flops + value_flops, (window_keys, window_share))
+        if s.cp > 1 and s.context_parallel == "allgather" and s.cp_regather and s.flash_attention:
+            # PyTorch's context_parallel: its own forward, backward and gradient rotation.
+            work = (score_flops + value_flops, scores, qkv_bytes + out_bytes, saved)
+            out = context_parallel.pytorch_allgather(self, deps, kv_block, work, shape)
+            return stack_ops.cp_merge(self, b * q_len * heads * v_dim, out)
         if s.cp > 1:
-            kv_block = ACT_BYTES * b * q_len * kv_heads * (qk_dim + v_dim)
             if s.context_parallel == "allgather":
-                # All-gather CP (torchtitan's default rotate method 'allgather', PyTorch context_parallel;
-                # Llama 3 report Sec. 3.3.2): the whole sequence's keys and values are all-gathered while
-                # the local block's attention runs; the backward reduce-scatters their gradients.
+                # All-gather CP (Llama 3 report Sec. 3.3.2): the whole sequence's keys and values are
+                # all-gathered while the local block's attention runs; the backward reduce-scatters their
+                # gradients. (PyTorch's context_parallel, which gathers them again: above.)
                 ring = (self.comm("cp_kv_allgather", "all_gather", "cp", kv_block * s.cp, deps,
                                   backward_bytes=stack_ops.cp_backward_bytes(s, kv_block * s.cp)),)
             else:
@@ -231,12 +239,11 @@ class _Builder:
                 ring = (self.comm("cp_kv_ring", "send_recv", "cp", kv_block * (s.cp - 1), deps,
                                   backward_bytes=stack_ops.cp_backward_bytes(s, kv_block * (s.cp - 1))),)
         if s.flash_attention:
-            # Q, K, V and the fp32 log-sum-exp; the output O is saved once, as the out projection's input.
-            saved = qkv_bytes + 4.0 * b * heads * q_len
+            # Without overlap (plan cp_overlap false) the local block waits for the transfer too.
             first = self.g.add(Op("core_attention", "attention", flops=(score_flops + value_flops) / max(1, s.cp),
                                   exponentials=scores / max(1, s.cp),
                                   bytes_moved=qkv_bytes + out_bytes, saved_bytes=saved / max(1, s.cp),
-                                  shape=(b * heads, q_len, kv_len, qk_dim, window_keys, window_share), deps=deps,
+                                  shape=shape, deps=deps if s.cp_overlap else ring,
                                   precision="bf16", host_ops=s.linear_host_ops, kernel=s.attention_kernel))
             if s.cp == 1:
                 return (first,)
@@ -244,7 +251,7 @@ class _Builder:
                                  flops=(score_flops + value_flops) * (s.cp - 1) / s.cp,
                                  exponentials=scores * (s.cp - 1) / s.cp,
                                  bytes_moved=(qkv_bytes + out_bytes) * (s.cp - 1), saved_bytes=saved * (s.cp - 1) / s.cp,
-                                 shape=(b * heads, q_len, kv_len, qk_dim, window_keys, window_share), deps=(first, *ring),
+                                 shape=shape, deps=(first, *ring),
                                  precision="bf16", kernel=s.attention_kernel))
             return stack_ops.cp_merge(self, b * q_len * heads * v_dim, (rest,))
         # Unfused attention (pre-FlashAttention Megatron): batched GEMMs plus softmax and dropout on the
@@ -259,34 +266,6 @@ class _Builder:
                            saved_bytes=ACT_BYTES * b * q_len * heads * v_dim, shape=(q_len, v_dim, kv_len),
                            count=b * heads, deps=(dropout,), precision="bf16"))
         return (pv,)
-
-    def _ulysses_attention(self, deps: tuple[int, ...], heads: int, kv_heads: int, qk_dim: int, v_dim: int,
-                           scores: float, flops: float, window: tuple[float, float]) -> tuple[int, ...]:
-        """Ulysses CP (DeepSpeed-Ulysses, Jacobs et al. 2023, arXiv 2309.14509; MindSpeed ulysses_cp_algo;
-        Megatron cp_comm_type a2a): an all-to-all turns this rank's sequence shard of every head into the
-        whole sequence of heads/cp heads, attention runs locally, and an all-to-all turns the output back;
-        the backward runs the same all-to-alls on the gradients. Key/value heads fewer than cp ranks are
-        sent to each rank that needs them (cp / kv_heads copies)."""
-        s, b = self.s, self.s.micro_batch
-        if heads % s.cp:
-            raise WindtunnelError(
-                f"Plan field 'cp' is {s.cp}, but Ulysses context parallelism splits this rank's {heads} attention "
-                f"heads over the cp ranks, so cp must divide {heads}; use such a cp, or the ring or allgather "
-                "algorithm (the stack's comm.context_parallel).", field="cp")
-        q_len = s.seq_len // s.cp
-        kv_copies = max(1.0, s.cp / kv_heads)
-        qkv_shard = ACT_BYTES * b * q_len * (heads * qk_dim + kv_heads * kv_copies * (qk_dim + v_dim))
-        out_shard = ACT_BYTES * b * q_len * heads * v_dim
-        inbound = self.comm("cp_a2a_qkv", "all_to_all", "cp", qkv_shard, deps)
-        local_heads = max(1, heads // s.cp)
-        qkv_bytes = ACT_BYTES * b * q_len * (heads * qk_dim + kv_heads * (qk_dim + v_dim))
-        saved = qkv_bytes + 4.0 * b * heads * q_len
-        # This rank's queries times all keys (``flops``, ``scores``): the same work as a ring's, in one kernel.
-        core = self.g.add(Op("core_attention", "attention", flops=flops, exponentials=scores,
-                             bytes_moved=qkv_bytes + out_shard, saved_bytes=saved,
-                             shape=(b * local_heads, s.seq_len, s.seq_len, qk_dim, *window), deps=(inbound,),
-                             precision="bf16", host_ops=s.linear_host_ops, kernel=s.attention_kernel))
-        return (self.comm("cp_a2a_out", "all_to_all", "cp", out_shard, (core,)),)
 
     # -- feed-forward --------------------------------------------------------------------------
     def mlp_ops(self, prefix: str, tokens: int, width: int, deps: tuple[int, ...], count: int = 1,

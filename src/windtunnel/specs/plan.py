@@ -65,6 +65,11 @@ class Plan(BaseModel):
     # all-gather; torchtitan, Llama 3) or ulysses (head/sequence all-to-alls; DeepSpeed-Ulysses, Megatron
     # cp_comm_type a2a, MindSpeed ulysses_cp_algo).
     cp_algo: Literal["ring", "allgather", "ulysses"] = "ring"
+    # Whether the context-parallel transfers overlap the attention (each waited where its result is first
+    # needed, as eager PyTorch's AsyncCollectiveTensor and TE's ring streams do) or are waited where they are
+    # issued, stalling it (a torch.compile'd block: a traced functional collective waits at once). Unset:
+    # the stack's comm.cp_overlap.
+    cp_overlap: bool = True
     cuda_graphs: CudaGraphs = "none"
     # Data types of the optimizer's state: the main gradients (Megatron's grad buffers, which are
     # also what data parallelism reduces; bf16 with --grad-reduce-in-bf16, Megatron-Bridge's
@@ -147,7 +152,9 @@ class Plan(BaseModel):
             parts.append(f"offload_layers={self.offload_layers}")
         if self.offload_modules:
             parts.append(f"offload_modules={self.offload_modules}")
-        parts += [f"{name}=true" for name in _FLAGS[3:] if getattr(self, name)]
+        parts += [f"{name}=true" for name in _SET_FLAGS if getattr(self, name)]
+        if self.cp > 1 and not self.cp_overlap:
+            parts.append("cp_overlap=false")
         if self.order != "tp-cp-dp-pp":
             parts.append(f"order={self.order}")
         if self.mtp is not None:
@@ -185,9 +192,11 @@ class Plan(BaseModel):
             parts.append(f"offload_layers={self.offload_layers}")
         if self.offload_modules:
             parts.append(f"offload_modules={self.offload_modules}")
-        parts += [name for name in _FLAGS[3:] if getattr(self, name)]
+        parts += [name for name in _SET_FLAGS if getattr(self, name)]
         if self.cp > 1 and self.cp_algo != "ring":
             parts.append(f"cp_algo={self.cp_algo}")
+        if self.cp > 1 and not self.cp_overlap:
+            parts.append("cp_overlap=false")
         for name in ("precision", "cuda_graphs", "grads", "moments", "order", "mtp", "layout"):
             if getattr(self, name) != getattr(default, name):
                 parts.append(f"{name}={getattr(self, name)}")
@@ -225,7 +234,8 @@ _ALIASES = {
     "pipeline_model_parallel_layout": "layout", "pp_layout": "layout", "pipeline-model-parallel-layout": "layout",
 }
 _BOOLS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False, "on": True, "off": False}
-_FLAGS = ("sp", "tp_overlap", "ep_overlap", "reuse_fp32_param", "swap_optimizer", "act_fp8_store")  # true/false fields
+_SET_FLAGS = ("reuse_fp32_param", "swap_optimizer", "act_fp8_store")  # off by default: printed when on
+_FLAGS = ("sp", "tp_overlap", "ep_overlap", *_SET_FLAGS, "cp_overlap")  # true/false fields
 
 
 def parse_plan(text: str | dict | Plan) -> Plan:

@@ -128,6 +128,9 @@ class Comm(_Frozen):
     cp_grad_bytes: float = Field(default=2.0, gt=0)
     # The backward all-gathers the keys and values again (PyTorch's SDPA backward gets only the local shards).
     cp_backward_regather: bool = False
+    # Whether the context-parallel transfers run beside the attention (the plan's cp_overlap default): false
+    # where the attention is traced and compiled, so each functional collective is waited where it is issued.
+    cp_overlap: bool = True
 
 
 class Memory(_Frozen):
@@ -271,6 +274,7 @@ _PLAN_DEFAULTS = {
     "tp_overlap": lambda stack: stack.comm.tp_overlap,
     "dispatcher": lambda stack: stack.comm.moe_dispatcher,
     "cp_algo": lambda stack: stack.comm.context_parallel,
+    "cp_overlap": lambda stack: stack.comm.cp_overlap,
     "expert_gemm": lambda stack: stack.kernels.expert_gemm,
     "grad_accum_fusion": lambda stack: stack.kernels.grad_accum_fusion,
     "reuse_fp32_param": lambda stack: stack.memory.reuse_fp32_param,

@@ -148,7 +148,7 @@ class _StepBuilder(PipelinePlay):
                               attention_kernel=("unfused" if not self.flash_attention else
                                                 "flash" if kernels.attention == "unfused" else kernels.attention),
                               fused_elementwise=kernels.fused_elementwise, linear_host_ops=kernels.linear_host_ops,
-                              context_parallel=plan.cp_algo, repeat_kv=kernels.repeat_kv,
+                              context_parallel=plan.cp_algo, cp_overlap=plan.cp_overlap, repeat_kv=kernels.repeat_kv,
                               sequential_costs=(kernels.sequential_forward_passes,
                                                 kernels.sequential_backward_passes_per_expert,
                                                 kernels.sequential_host_ops_per_expert)
