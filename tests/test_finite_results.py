@@ -16,7 +16,8 @@ from windtunnel.specs.errors import InternalError, WindtunnelError, check_result
 from windtunnel.specs.hardware import Tier
 from windtunnel.specs.hardware import load_hardware as load_cluster
 from windtunnel.specs.plan import parse_plan
-from windtunnel.train.step import TrainingJob, check_training_result, simulate
+from windtunnel.train.checks import check_training_result
+from windtunnel.train.step import TrainingJob, simulate
 
 CLUSTER = """clusters:
   mine:

@@ -222,3 +222,17 @@ def balanced_split(units: list[list[str]], weights: list[float], stages: int, ra
                     cuts, current, improved = trial, got, True
     bounds = [0, *cuts, n]
     return [[m for unit in units[a:b] for m in unit] for a, b in zip(bounds, bounds[1:], strict=False)]
+
+
+def balanced_stage_modules(model: ModelSpec, stages: int, mtp: int, seconds, rank_of) -> list[list[str]]:
+    """layout=balanced for ``model``: its modules (embedding, layers, each MTP module as one unit, head) split by
+    :func:`balanced_split` on ``seconds(kind)`` (a module's forward + backward time per micro-batch), no stage
+    holding more layers than the even split's fullest stage."""
+    units: list[list[str]] = []
+    for kind in stage_modules(model, "", 1, mtp)[0]:  # an MTP module (mtp_embedding .. mtp_head) is one unit
+        if units and units[-1][0] == "mtp_embedding" and units[-1][-1] != "mtp_head":
+            units[-1].append(kind)
+        else:
+            units.append([kind])
+    even = max(sum(k in LAYER_KINDS for k in stage) for stage in stage_modules(model, "", stages, mtp))
+    return balanced_split(units, [sum(seconds(k) for k in unit) for unit in units], stages, rank_of, even)

@@ -23,13 +23,20 @@ from windtunnel.graph.transformer import (
     mtp_projection_forward,
 )
 from windtunnel.specs.bounds import MAX_EXACT_MICRO_BATCHES
-from windtunnel.specs.errors import InternalError, WindtunnelError, check_result
+from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.hardware import Cluster
-from windtunnel.specs.layout import BALANCED, LAYER_KINDS, balanced_split, layout_string, stage_modules
+from windtunnel.specs.layout import (
+    BALANCED,
+    LAYER_KINDS,
+    balanced_stage_modules,
+    layout_string,
+    stage_modules,
+)
 from windtunnel.specs.model import ModelSpec
 from windtunnel.specs.plan import Plan, validate_plan
 from windtunnel.specs.stack import DEFAULT_STACK, Stack, load_stack, with_stack_defaults
 from windtunnel.train.assumptions import step_assumptions
+from windtunnel.train.checks import check_training_result
 from windtunnel.train.flops import model_flops_per_token
 from windtunnel.train.layers import (
     ZERO,
@@ -337,21 +344,13 @@ class _StepBuilder(PipelinePlay):
         model, plan = self.job.model, self.plan
         if plan.layout != BALANCED:
             return stage_modules(model, plan.layout, stages, self.mtp)
-        modules = stage_modules(model, "", 1, self.mtp)[0]
-        units: list[list[str]] = []
-        for kind in modules:  # an MTP module (mtp_embedding .. mtp_head) moves as one unit
-            if units and units[-1][0] == "mtp_embedding" and units[-1][-1] != "mtp_head":
-                units[-1].append(kind)
-            else:
-                units.append([kind])
         mode = self.recompute_modes(1)[0]
 
         def seconds(kind: str) -> float:
             backward = f"bwd-{mode}" if kind in LAYER_KINDS else "bwd-none"
             return self.played(kind, "fwd").time + self.played(kind, backward).time
 
-        even = max(sum(k in LAYER_KINDS for k in stage) for stage in stage_modules(model, "", stages, self.mtp))
-        split = balanced_split(units, [sum(seconds(k) for k in unit) for unit in units], stages, rank_of, even)
+        split = balanced_stage_modules(model, stages, self.mtp, seconds, rank_of)
         self.chosen_layout = layout_string(split)
         return split
 
@@ -486,28 +485,6 @@ def simulate(job: TrainingJob) -> TrainingResult:
     )
     check_training_result(result, job)
     return result
-
-
-def check_training_result(result: TrainingResult, job: TrainingJob) -> None:
-    """No result that cannot be true leaves the simulator: times finite and >= 0 (the step > 0), MFU and
-    HFU in [0, 1], memory finite, and a feasible plan within its memory (else an InternalError with the job)."""
-    inputs = {"model": job.model.id, "hardware": job.cluster.id, "chip": job.cluster.chip.id,
-              "devices": job.cluster.devices, "seq_len": job.seq_len, "global_batch": job.global_batch,
-              "plan": result.plan, "framework": result.framework}
-    what = "a training step simulation returned an impossible value"
-    check_result(what, inputs, times={"step_time_s": result.step_time_s, **result.breakdown},
-                 shares={"mfu": result.mfu, "hfu": result.hfu},
-                 finite={"tokens_per_s": result.tokens_per_s, "peak_memory_bytes": result.peak_memory_bytes,
-                         **{f"memory.{k}": v for k, v in result.memory_breakdown.items()}})
-    if not result.step_time_s > 0:
-        raise InternalError(f"{what}: 'step_time_s' is {result.step_time_s!r}, not positive", inputs)
-    if any(v < 0 for v in result.memory_breakdown.values()):
-        raise InternalError(f"{what}: a memory category is negative ({result.memory_breakdown})", inputs)
-    if result.feasible and result.peak_memory_bytes > result.memory_capacity_bytes:
-        raise InternalError(f"{what}: feasible with {result.peak_memory_bytes:.4g} bytes per device over "
-                            f"{result.memory_capacity_bytes:.4g} bytes of capacity", inputs)
-
-
 
 
 def forward_backward_graphs(model: ModelSpec, shard: Sharding, moe: bool) -> tuple[OpGraph, OpGraph]:
