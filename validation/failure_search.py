@@ -35,6 +35,7 @@ def main(out: Path = Path(__file__).with_name("FAILURE_SEARCH.md")) -> None:
              "and replica.", "",
              "| model | devices | seq | batch | policy | best fault-free | its ETTR | best with faults | changes | plans whose rank moves |",
              "|---|---|---|---|---|---|---|---|---|---|"]
+    flips: list[str] = []
     backend = make_backend("local", workers=None)
     try:
         for model, devices, seq, batch in CASES:
@@ -48,6 +49,8 @@ def main(out: Path = Path(__file__).with_name("FAILURE_SEARCH.md")) -> None:
                 lines.append(f"| {model} | {devices} | {seq} | {batch} | {policy} | `{best['plan'].split(',mbs')[0]}` | "
                              f"{best['ettr']:.4f} | `{short}` | {'yes' if fa['best_plan_changes'] else 'no'} | "
                              f"{_rank_moves(fa)} of {len(fa['ranking'])} |")
+                if fa["best_plan_changes"]:
+                    flips.append(f"{model} on {devices} GPUs under {policy}")
     finally:
         backend.close()
     lines += ["", "## Reading", "",
@@ -59,7 +62,9 @@ def main(out: Path = Path(__file__).with_name("FAILURE_SEARCH.md")) -> None:
               "data parallelism (smallest replica), because Sim2Train's fastest plans minimise model parallelism. So "
               "the *best* plan rarely changes: faults widen the gap in its favour rather than closing it. A flip needs "
               "a fast plan with a large replica next to a slightly slower one with a small replica (long sequences "
-              "that force context parallelism are the likely place), which none of these untuned settings shows.", ""]
+              "that force context parallelism are the likely place)"
+              + (f"; of these untuned settings, it happens for {', '.join(flips)}." if flips else
+                 ", which none of these untuned settings shows."), ""]
     out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
