@@ -34,7 +34,14 @@ from dataclasses import replace
 from windtunnel.cost.collectives import collective_time, p2p_time, place_group
 from windtunnel.cost.efficiency import Efficiency, efficiency_for
 from windtunnel.infer.deployment import InstancePlan, fitted_value, serving_defaults, system_value
-from windtunnel.infer.kernels import autotuned_gemm, expert_kernel, tile_variants, weight_only_gemm
+from windtunnel.infer.kernels import (
+    autotuned_gemm,
+    decode_attention_kernel,
+    expert_kernel,
+    mmha_pair_rate,
+    tile_variants,
+    weight_only_gemm,
+)
 from windtunnel.infer.memory import WEIGHT_ONLY, bytes_of
 from windtunnel.specs.model import ModelSpec
 
@@ -65,6 +72,8 @@ class IterationModel:
         self.overhead = (plan.step_overhead_s if plan.step_overhead_s is not None
                          else fitted_value(chip_id, generation, "step_overhead_s", prior, fitted))
         self.attention_bandwidth = bandwidth
+        self.system = system
+        self.fitted = fitted
         if system:
             self.attention_bandwidth = system_value(system, "attention_bandwidth", bandwidth, fitted)
         self.precision = plan.precision
@@ -147,6 +156,16 @@ class IterationModel:
         rate = self.attn_peak * self.eff.attention_fwd
         self._decode_flops_per_ctx = decode_flops / rate
         self._decode_bytes_per_ctx = decode_bytes / (self.chip.hbm_bandwidth * self.attention_bandwidth)
+        self.decode_kernel = decode_attention_kernel(self.system, m.head_dim, heads // max(1, m.kv_heads // p.tp)) \
+            if m.mla is None else decode_attention_kernel(None, 0, 0)
+        pair_rate = mmha_pair_rate(self.chip, self.fitted) if self.decode_kernel.kind == "mmha" else None
+        if pair_rate:
+            # Masked MHA (TensorRT-LLM decoderMaskedMultiheadAttention): one thread block per query head computes
+            # its scores and weighted values on CUDA cores, so each (query head, cached token) pair costs issue
+            # slots that do not shrink with faster HBM; the kernel takes the slower of that and its KV reads at
+            # the generation's streaming share (the fitted system share is a fused kernel's, not this one's).
+            self._decode_bytes_per_ctx = decode_bytes / (self.chip.hbm_bandwidth * self.eff.memory_bandwidth)
+            self._decode_flops_per_ctx = max(self._decode_flops_per_ctx, heads / pair_rate)
         per_ctx_layer = max(self._decode_flops_per_ctx, self._decode_bytes_per_ctx)
         # ctx_sum is the whole instance's; each DP attention group holds 1/dp of it.
         self.decode_per_ctx = self.layers * per_ctx_layer / p.dp

@@ -107,3 +107,49 @@ def expert_kernel(system: str | None, generation: str, precision: str) -> Expert
         return ExpertKernel()
     return ExpertKernel(rule.get("precision"), rule.get("weight_bytes"), float(rule.get("rate_share", 1.0)),
                         str(rule.get("note", "")))
+
+
+# ---- decode attention kernel class ------------------------------------------------------------------------
+MMHA_PRIOR_PAIRS_PER_SM_CLOCK = 0.04888  # the fit's prior (validation/inference.py PRIORS says how it was derived)
+EXP_PER_SM_CLOCK = 16  # MUFU.EX2 results per clock per SM on sm80/sm90 (CUDA C++ Programming Guide): exp_per_s / 16
+
+
+@dataclass(frozen=True)
+class DecodeAttentionKernel:
+    """The decode-attention kernel class a serving system runs for one model shape: ``mmha`` (TensorRT-LLM's
+    masked multi-head attention, CUDA-core math, one thread block per query head) or ``""`` (a fused kernel
+    bound by its KV reads at the chip's streaming bandwidth); ``why`` says which rule chose it."""
+
+    kind: str = ""
+    why: str = ""
+
+
+def decode_attention_kernel(system: str | None, head_dim: int, q_heads_per_kv: int) -> DecodeAttentionKernel:
+    """The decode-attention kernel of ``system`` for a model with ``head_dim`` and ``q_heads_per_kv`` query heads
+    per KV head on one rank: the ``decode_attention`` setting of the catalog's ``systems`` entries (kernel
+    ``mmha``, unless the shape is one the entry's ``xqa`` kernels cover: then the fused default)."""
+    from windtunnel.infer.systems import lookup_system
+
+    if not system:
+        return DecodeAttentionKernel()
+    rule = lookup_system(system).get("decode_attention") or {}
+    if rule.get("kernel") != "mmha":
+        return DecodeAttentionKernel()
+    xqa = rule.get("xqa") or {}
+    if head_dim in (xqa.get("head_dim") or ()) and q_heads_per_kv in (xqa.get("q_heads_per_kv") or ()):
+        return DecodeAttentionKernel("", f"XQA kernel ({q_heads_per_kv} query heads per KV head, head dim {head_dim})")
+    return DecodeAttentionKernel("mmha", f"masked MHA kernel ({q_heads_per_kv} query heads per KV head, head dim "
+                                         f"{head_dim}: no XQA kernel for this shape)")
+
+
+def mmha_pair_rate(chip: Chip, fitted: dict | None = None) -> float | None:
+    """(query head, cached token) pairs per second the masked MHA kernel processes on ``chip``: the pairs per SM
+    and clock fitted for the chip's generation (calibration.yaml ``generations.<gen>.mmha_pairs_per_sm_clock``)
+    times SMs x clock, which is the chip's ``exp_per_s`` / 16 (16 exponentials per SM and clock). None where the
+    generation has no fitted figure or the chip no exp_per_s: then the kernel is bounded by its KV reads only."""
+    from windtunnel.infer.deployment import fitted_value
+
+    per_clock = fitted_value(chip.id, chip.generation, "mmha_pairs_per_sm_clock", 0.0, fitted)
+    if not per_clock or not chip.exp_per_s:
+        return None
+    return per_clock * chip.exp_per_s / EXP_PER_SM_CLOCK

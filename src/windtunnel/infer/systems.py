@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from windtunnel.infer.deployment import serving_defaults
 
-SETTINGS = ("kv_precision", "scheduler", "two_batch_overlap", "moe_gemm", "moe_imbalance")
+SETTINGS = ("kv_precision", "scheduler", "two_batch_overlap", "moe_gemm", "moe_imbalance", "decode_attention")
 
 
 def system_name(text: str | None) -> str:

@@ -27,6 +27,7 @@ import yaml
 
 from windtunnel.infer.deployment import InstanceSpec, resolve_instance, serving_defaults
 from windtunnel.infer.iteration import IterationModel
+from windtunnel.infer.kernels import MMHA_PRIOR_PAIRS_PER_SM_CLOCK, decode_attention_kernel
 from windtunnel.infer.sim import Simulator
 from windtunnel.infer.systems import ServingSystem, lookup_system, system_name
 from windtunnel.infer.traffic import Workload
@@ -46,10 +47,15 @@ GENERATION_KEYS = ("memory_bandwidth", "gemm_fp8", "step_overhead_s")
 # Priors: HBM bandwidth share and fp8 GEMM efficiency as the cost core has them (efficiency.yaml prior 0.75;
 # Hopper fp8 GEMM 0.5143 fitted on the training calibration rows), no host time per iteration (the catalog's
 # serving prior, catalog/deployments/serving.yaml).
-PRIORS = {"memory_bandwidth": 0.75, "gemm_fp8": 0.5143, "step_overhead_s": 0.0, "attention_bandwidth": 0.75}
+# The masked MHA kernel's pairs of (query head, cached token) per SM and clock: the prior is the previous fit's
+# TensorRT-LLM 0.5 KV-read share (0.11279 of 3.35 TB/s over 512 bytes per token and 16 query heads per H100 at TP4)
+# re-expressed per SM and clock (132 SMs x 1.83 GHz); its upper bound is the FP32 issue limit (2 x 128 FMAs per pair
+# at head dim 128 over 128 lanes per SM: 0.5 pairs per clock).
+PRIORS = {"memory_bandwidth": 0.75, "gemm_fp8": 0.5143, "step_overhead_s": 0.0, "attention_bandwidth": 0.75,
+          "mmha_pairs_per_sm_clock": MMHA_PRIOR_PAIRS_PER_SM_CLOCK}
 # Physical bounds: streaming kernels reach at most ~95% of HBM peak; fp8 GEMMs 30-85% of the dense fp8 peak.
 FIT_BOUNDS = {"memory_bandwidth": (0.5, 0.95), "gemm_fp8": (0.3, 0.85), "step_overhead_s": (0.0, 0.02),
-              "attention_bandwidth": (0.1, 0.95)}
+              "attention_bandwidth": (0.1, 0.95), "mmha_pairs_per_sm_clock": (0.005, 0.5)}
 PRIOR_WEIGHT = 0.05
 
 
@@ -189,6 +195,11 @@ def build_instance(row: dict, model: ModelSpec, notes: list[str], *, batching: s
                         batching=batching, admission=admission, max_batch=max_batch, max_tokens=max_tokens,
                         moe_imbalance=_moe_imbalance(row, model, notes))
     plan = resolve_instance(model, row["hardware"].strip(), spec)
+    if model.mla is None:
+        per_kv = (model.heads // tp) // max(1, model.kv_heads // tp)
+        kernel = decode_attention_kernel(serving_system(row), model.head_dim, per_kv)
+        if kernel.kind == "mmha":
+            notes.append(f"decode attention on the {kernel.why} ({row_system(row).name}, catalog serving.yaml)")
     return plan
 
 
@@ -335,9 +346,18 @@ def _parameters(rows: list[dict]) -> list[tuple[str, str, str, float, tuple[floa
     for generation in sorted({load_chip(r["hardware"].strip()).generation for r in rows}):
         for name in GENERATION_KEYS:
             params.append(("generations", generation, name, PRIORS[name], FIT_BOUNDS[name]))
+    mmha_generations: set[str] = set()
     for system in sorted({serving_system(r) for r in rows}):
+        # A system on the masked MHA kernel (catalog serving.yaml decode_attention) informs that kernel class's
+        # throughput on its rows' hardware generations, not a KV-read share of its own.
+        if (lookup_system(system).get("decode_attention") or {}).get("kernel") == "mmha":
+            mmha_generations |= {load_chip(r["hardware"].strip()).generation for r in rows if serving_system(r) == system}
+            continue
         params.append(("systems", system, "attention_bandwidth", PRIORS["attention_bandwidth"],
                        FIT_BOUNDS["attention_bandwidth"]))
+    for generation in sorted(mmha_generations):
+        params.append(("generations", generation, "mmha_pairs_per_sm_clock", PRIORS["mmha_pairs_per_sm_clock"],
+                       FIT_BOUNDS["mmha_pairs_per_sm_clock"]))
     return params
 
 
@@ -354,7 +374,8 @@ def calibrate(rows: list[dict], *, write: bool = True, out: str | Path | None = 
     bandwidth weight streaming reaches (``memory_bandwidth``), the fp8 GEMM efficiency (``gemm_fp8``) and
     the host time per iteration (``step_overhead_s``); per serving system the bandwidth share its
     decode-attention kernel reaches on KV reads (``attention_bandwidth``; systems without calibration rows
-    use ``memory_bandwidth``). ``write`` rewrites the package's catalog/deployments/calibration.yaml (the
+    use ``memory_bandwidth``), except that systems on TensorRT-LLM's masked MHA kernel inform that kernel's
+    (query head, cached token) pairs per SM and clock on their rows' generation (``mmha_pairs_per_sm_clock``). ``write`` rewrites the package's catalog/deployments/calibration.yaml (the
     developer script validation/fit_serving_calibration.py); ``out`` writes the fit to that file instead."""
     from scipy.optimize import minimize
 
@@ -399,7 +420,8 @@ def calibrate(rows: list[dict], *, write: bool = True, out: str | Path | None = 
                   "# benchmark). generations.<gen>: memory_bandwidth (share of HBM bandwidth weight streaming reaches in\n"
                   "# serving iterations), gemm_fp8 (fp8 GEMM efficiency), step_overhead_s (host time per iteration, s);\n"
                   "# systems.<serving system>: attention_bandwidth (share of HBM bandwidth its decode-attention kernel\n"
-                  "# reaches on KV reads; used only for that system's rows).\n")
+                  "# reaches on KV reads; used only for that system's rows); generations.<gen>.mmha_pairs_per_sm_clock:\n"
+                  "# (query head, cached token) pairs per SM and clock of TensorRT-LLM's masked MHA decode kernel.\n")
         target = Path(out) if out is not None else catalog_dir("deployments", "calibration.yaml")
         write_atomic(target, header + yaml.safe_dump({"fitted": fitted, "fit_report": {"hopper+systems": report}},
                                                      sort_keys=True))

@@ -36,11 +36,13 @@ physical bounds, a weak pull towards the priors): per hardware generation, the s
 streaming reaches in serving iterations (`memory_bandwidth`, prior 0.75), the fp8 GEMM efficiency (`gemm_fp8`,
 prior 0.5143 from the training calibration) and the host time per iteration (`step_overhead_s`, prior 0); per
 serving system that has calibration rows, the bandwidth share its decode-attention kernel reaches on KV reads
-(`attention_bandwidth`, used only for that system's rows; other systems use `memory_bandwidth`). The
-per-system attention parameter was added because one bandwidth cannot fit both I28 and I30 (TensorRT-LLM
-0.5's 2023 decode-attention kernel read KV at a small fraction of HBM bandwidth). Everything else - attention
-efficiency, collectives, the memory model, the schedulers, the kernel classes below - is physics plus stated,
-sourced priors."""
+(`attention_bandwidth`, used only for that system's rows; other systems use `memory_bandwidth`), except for
+systems on TensorRT-LLM's masked MHA decode kernel (TensorRT-LLM 0.5): their rows fit that kernel class's
+(query head, cached token) pairs per SM and clock on their generation (`mmha_pairs_per_sm_clock`, prior 0.0489,
+the earlier per-system KV share of 0.113 re-expressed), which every system that runs the kernel uses. One
+bandwidth cannot fit both I28 and I30: TensorRT-LLM 0.5's kernel is bound by its per-query-head work on CUDA
+cores, not by its KV reads. Everything else - attention efficiency, collectives, the memory model, the
+schedulers, the kernel classes below - is physics plus stated, sourced priors."""
 
 PHYSICS = """**Kernel physics added for MoE (issue 16 item 2), none fitted to rows.**
 
@@ -81,17 +83,32 @@ PHYSICS = """**Kernel physics added for MoE (issue 16 item 2), none fitted to ro
   and receives that many in the dispatch (and sends them back in the combine), so the all-to-all lasts as long
   as its traffic. SGLang's "simulated perfect EPLB" stays balanced, as do DeepSeek's profile rows (balanced
   routing simulated). Not taken from the I08a/I08b pair: it closes about a third of their gap.
+- *Decode attention kernel per serving system* (`serving.yaml` `decode_attention`, `infer/kernels.py`).
+  TensorRT-LLM decodes on XQA (tensor cores; `blogs/XQA-kernel.md`) only for shapes its precompiled kernels
+  cover - in 0.9, 8 query heads per KV head at head dim 128/256 (`decoderXQARunner.h`, `xqa_kernel_cubin.h`),
+  enabled in the 0.9 performance runs for Llama2-70b and Falcon only (`TRTLLM_ENABLE_XQA=1`) - and on masked
+  MHA otherwise (0.5 always: XQA shipped with 0.8). Masked MHA runs one thread block per query head on CUDA
+  cores: each (query head, cached token) pair costs SM clocks that faster HBM does not shorten, so its time is
+  the slower of that and its KV reads. Its rate is fitted on the 0.5 calibration rows only (Hopper: 0.048
+  pairs per SM and clock). So Mixtral (4 query heads per KV head) and Llama-2-7B (MHA) decode on masked MHA in
+  the 0.9 rows, Llama-2-70B on XQA. Check against a measurement not used anywhere: NVIDIA's XQA blog gives
+  Llama-70B on one H200 (FP8, 128/2048, v0.8a) 1,227 tok/s/GPU without XQA and 2,941 with; at the batch where
+  the model gives 2,941 with XQA it gives ~1,230 on masked MHA (2.35x; measured 2.4x). This explains why the
+  0.9 H200 rows of Mixtral and Llama-2-7B gained less over H100 than H200's 1.43x HBM bandwidth while
+  Llama-2-70B's gained 1.44x (A10 +45% -> 0%, A12 +23% -> -10%, A22 +17% -> -1%, A01 +11% -> +2%); on H100
+  the 7B kernel is still bound by its KV reads. Generations without calibration rows for the kernel (A100)
+  keep the KV-read bound only.
 - *The fit itself*: the calibration's Nelder-Mead search runs on parameters scaled to their priors (the host
   time in milliseconds) and restarts once from its best point; unscaled, a physics change could leave it at a
   worse point than its start (rms log error 0.149 against 0.050).
 
-What remains off on Mixtral: H200 decode-heavy rows (A10 +45%, A12 +22%) are slower relative to H100 than
-H200's 1.43x HBM bandwidth allows (the same shapes on H100 are within ~16-18%, in both directions); H100 at
-batch 32 (A24) is too slow-predicted by 18% while batch 128 (A22) is 16% too fast, i.e. the small-batch expert
-kernel scales with tokens more steeply than a weight-streaming kernel (not modelled: no source for the
-legacy kernel's small-M behaviour); A32 and A46 (A100) are faster than their own HBM bound at 16-bit weights
-(A32 implies 2.3 TB/s of weight reads on a 2.04 TB/s part; A30, same source and shape class, is within 11%),
-so the model cannot and should not reach them."""
+What remains off on Mixtral: H100 at batch 32 with 2048/2048 (A24, -27%) is too slow-predicted while batch 128
+(A22) is within 1%, i.e. the small-batch expert kernel scales with tokens more steeply than a weight-streaming
+kernel (not modelled: no source for the legacy kernel's small-M behaviour); masked MHA adds to A24's
+attention. On Llama-2-7B the fitted masked-MHA rate is ~15% below what the H200 rows imply at long contexts
+(A02 -12%, A04 -20%): 0.5's kernel (the fit) and 0.9's are one class, not one build. A32 and A46 (A100) are
+faster than their own HBM bound at 16-bit weights (A32 implies 2.3 TB/s of weight reads on a 2.04 TB/s part;
+A30, same source and shape class, is within 11%), so the model cannot and should not reach them."""
 
 CORE = """## The serving iteration model and the shared cost core (issue 16 item 1)
 
