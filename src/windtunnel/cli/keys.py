@@ -33,6 +33,8 @@ PLAN_KEYS = {
     "grad_accum_fusion": "weights whose wgrad GEMM accumulates into the main gradients (all, experts, none)",
     "cp_algo": "how context parallelism exchanges keys and values",
     "cp_overlap": "overlap the CP transfers with attention (false: each waited where issued, as compiled)",
+    "overlap_grad_reduce": "reduce DP gradients during the backward (false: after it; --overlap-grad-reduce)",
+    "overlap_param_gather": "all-gather ZeRO parameters under the first forward (false: before it)",
     "cuda_graphs": "kernels captured in CUDA graphs: none (eager), modules, full (whole step)",
     "grads": "main-gradient dtype (also the DP reduction's)",
     "moments": "Adam moment dtype",

@@ -70,6 +70,11 @@ class Plan(BaseModel):
     # issued, stalling it (a torch.compile'd block: a traced functional collective waits at once). Unset:
     # the stack's comm.cp_overlap.
     cp_overlap: bool = True
+    # Megatron's --overlap-grad-reduce / --overlap-param-gather: each gradient bucket is reduced while the
+    # backward still runs, each layer's parameters gathered under the first forward. Off, the reduction
+    # waits for the whole backward and the (ZeRO) parameter all-gather precedes the forward. Unset: the stack's.
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = True
     cuda_graphs: CudaGraphs = "none"
     # Data types of the optimizer's state: the main gradients (Megatron's grad buffers, which are
     # also what data parallelism reduces; bf16 with --grad-reduce-in-bf16, Megatron-Bridge's
@@ -155,6 +160,7 @@ class Plan(BaseModel):
         parts += [f"{name}=true" for name in _SET_FLAGS if getattr(self, name)]
         if self.cp > 1 and not self.cp_overlap:
             parts.append("cp_overlap=false")
+        parts += [f"{name}=false" for name in _DP_OVERLAP if not getattr(self, name)]
         if self.order != "tp-cp-dp-pp":
             parts.append(f"order={self.order}")
         if self.mtp is not None:
@@ -197,6 +203,7 @@ class Plan(BaseModel):
             parts.append(f"cp_algo={self.cp_algo}")
         if self.cp > 1 and not self.cp_overlap:
             parts.append("cp_overlap=false")
+        parts += [f"{name}=false" for name in _DP_OVERLAP if not getattr(self, name)]
         for name in ("precision", "cuda_graphs", "grads", "moments", "order", "mtp", "layout"):
             if getattr(self, name) != getattr(default, name):
                 parts.append(f"{name}={getattr(self, name)}")
@@ -228,6 +235,7 @@ _ALIASES = {
     "offload-modules": "offload_modules", "reuse-fp32-param": "reuse_fp32_param", "swap-optimizer": "swap_optimizer",
     "activation_func_fp8_input_store": "act_fp8_store", "activation-func-fp8-input-store": "act_fp8_store",
     "gradient_accumulation_fusion": "grad_accum_fusion", "gradient-accumulation-fusion": "grad_accum_fusion",
+    "overlap-grad-reduce": "overlap_grad_reduce", "overlap-param-gather": "overlap_param_gather",
     "cp_comm_type": "cp_algo", "context_parallel_algo": "cp_algo", "context-parallel-algo": "cp_algo", "cp-algo": "cp_algo",
     "cpu_offloading_num_layers": "offload_layers", "offload": "offload_layers", "offload-layers": "offload_layers",
     "mtp_num_layers": "mtp", "mtp_layers": "mtp", "mtp-num-layers": "mtp",
@@ -235,7 +243,8 @@ _ALIASES = {
 }
 _BOOLS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False, "on": True, "off": False}
 _SET_FLAGS = ("reuse_fp32_param", "swap_optimizer", "act_fp8_store")  # off by default: printed when on
-_FLAGS = ("sp", "tp_overlap", "ep_overlap", *_SET_FLAGS, "cp_overlap")  # true/false fields
+_DP_OVERLAP = ("overlap_grad_reduce", "overlap_param_gather")  # on by default: printed when off
+_FLAGS = ("sp", "tp_overlap", "ep_overlap", *_SET_FLAGS, "cp_overlap", *_DP_OVERLAP)  # true/false fields
 
 
 def parse_plan(text: str | dict | Plan) -> Plan:

@@ -131,6 +131,10 @@ class Comm(_Frozen):
     # Whether the context-parallel transfers run beside the attention (the plan's cp_overlap default): false
     # where the attention is traced and compiled, so each functional collective is waited where it is issued.
     cp_overlap: bool = True
+    # Data parallelism's overlap (the plan's overlap_grad_reduce / overlap_param_gather defaults): Megatron's
+    # --overlap-grad-reduce and --overlap-param-gather, which the stack's scripts pass or leave out.
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = True
 
 
 class Memory(_Frozen):
@@ -275,6 +279,8 @@ _PLAN_DEFAULTS = {
     "dispatcher": lambda stack: stack.comm.moe_dispatcher,
     "cp_algo": lambda stack: stack.comm.context_parallel,
     "cp_overlap": lambda stack: stack.comm.cp_overlap,
+    "overlap_grad_reduce": lambda stack: stack.comm.overlap_grad_reduce,
+    "overlap_param_gather": lambda stack: stack.comm.overlap_param_gather,
     "expert_gemm": lambda stack: stack.kernels.expert_gemm,
     "grad_accum_fusion": lambda stack: stack.kernels.grad_accum_fusion,
     "reuse_fp32_param": lambda stack: stack.memory.reuse_fp32_param,

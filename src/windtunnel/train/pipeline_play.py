@@ -36,6 +36,7 @@ class PipelinePlay:
         chunks = self.chunks()
         orders = schedule_orders(self.schedule, plan.pp, plan.vpp, self.micro_batches, ep_overlap=plan.ep_overlap)
         engine = Engine()
+        self._deferred_syncs: list[tuple[int, Any]] = []
         p2p_bytes = ACT_BYTES * plan.mbs * self.job.seq_len // plan.cp * self.job.model.hidden
         if plan.sequence_parallel:
             p2p_bytes /= plan.tp  # scatter-gather optimisation: each TP rank sends its shard
@@ -58,6 +59,11 @@ class PipelinePlay:
                                 (), category="dp_comm")
                     for i, (dense, expert) in enumerate(reversed(chunk.bucket_params))
                 ]
+            if not plan.overlap_param_gather:
+                # Without --overlap-param-gather the all-gather is synchronous: no forward starts before it ends.
+                for key in gathers:
+                    whole = [t for k, ts in gathers.items() if k[0] == key[0] for t in ts]
+                    gathers[key] = [max(whole)] * len(gathers[key])
 
         last_backward: dict[tuple[int, int], int] = {}
         for rank, order in enumerate(orders):
@@ -90,11 +96,14 @@ class PipelinePlay:
                     progress = True
         if any(positions[r] < len(pending[r]) for r in range(plan.pp)):
             raise WindtunnelError("Pipeline schedule deadlock: a block waits for one that never runs.")
-        # Gradient-norm all-reduce makes the optimizer step a global synchronisation point.
-        finals = [t for rank in range(plan.pp) for t in dp_tasks[rank]]
         last: dict[str, int] = {}
         for index, stream in enumerate(engine.streams):
             last[stream] = index
+        for rank, chunk in self._deferred_syncs:
+            # Without --overlap-grad-reduce every bucket is reduced after the rank's whole backward.
+            self._dp_sync(engine, chunk, [last[f"r{rank}"]] * len(chunk.bucket_params), rank, dp_tasks, deferred=False)
+        # Gradient-norm all-reduce makes the optimizer step a global synchronisation point.
+        finals = [t for rank in range(plan.pp) for t in dp_tasks[rank]]
         finals += [last[f"r{rank}"] for rank in range(plan.pp) if f"r{rank}" in last]
         for rank in range(plan.pp):
             owned = sum(c.dense_params / (self.placement.dp.size if plan.zero >= 1 else 1)
@@ -208,8 +217,11 @@ class PipelinePlay:
             sends_b[(mb, rank, chunk.chunk)] = engine.task(f"send B mb{mb}", f"r{rank}.pp", p2p, [tasks[-1]],
                                                            category="pp_comm")
 
-    def _dp_sync(self, engine, chunk, tasks, rank, dp_tasks) -> None:
+    def _dp_sync(self, engine, chunk, tasks, rank, dp_tasks, deferred: bool = True) -> None:
         if self.plan.zero >= 2:
+            return
+        if deferred and not self.plan.overlap_grad_reduce:
+            self._deferred_syncs.append((rank, chunk))
             return
         for (dense, expert), task in zip(chunk.bucket_params, tasks, strict=False):
             duration = self.dp_bucket_time(dense, expert)

@@ -98,6 +98,9 @@ def play_compiled(builder: Any, chunks: dict, micro_batches: int) -> StepPlay:
                 ranks[key[0]].dp_ends.append(dp_tail[key[0]])
                 ends.append(dp_tail[key[0]])
             gathers[key] = ends
+        if not plan.overlap_param_gather:
+            # Without --overlap-param-gather the all-gather is synchronous: no forward starts before it ends.
+            gathers = {key: [dp_tail[key[0]]] * len(ends) for key, ends in gathers.items()}
     needs_sync = plan.zero <= 1 and dp_active
     last_backward: dict[tuple[int, int], int] = {}
     for rank, order in enumerate(orders):
@@ -147,8 +150,13 @@ def play_compiled(builder: Any, chunks: dict, micro_batches: int) -> StepPlay:
         if w[1] > 0:
             send_b[w][mb] = send(rank, end)
 
-    def dp_sync(rank: int, key: tuple[int, int], ends: list[float]) -> None:
+    deferred: list[tuple[int, tuple[int, int]]] = []
+
+    def dp_sync(rank: int, key: tuple[int, int], ends: list[float], defer: bool = True) -> None:
         if plan.zero >= 2:
+            return
+        if defer and not plan.overlap_grad_reduce:
+            deferred.append((rank, key))
             return
         mine = ranks[rank]
         for duration, end in zip(bucket_times[key], ends, strict=False):
@@ -252,6 +260,9 @@ def play_compiled(builder: Any, chunks: dict, micro_batches: int) -> StepPlay:
                 progress = True
     if any(positions[r] < len(orders[r]) for r in range(pp)):
         raise WindtunnelError("Pipeline schedule deadlock: a block waits for one that never runs.")
+    for rank, key in deferred:
+        # Without --overlap-grad-reduce every bucket is reduced after the rank's whole backward.
+        dp_sync(rank, key, [tail[rank]] * len(bucket_times[key]), defer=False)
     # The optimizer step waits for every rank's gradients (the gradient-norm all-reduce).
     barrier = max([*sync_ends, *tail])
     optimizer = builder.states.optimizer_traffic(builder.eff.optimizer_bytes_per_param)
