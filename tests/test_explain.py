@@ -157,3 +157,15 @@ def test_moe_expert_imbalance_is_load_imbalance():
     assert balanced.get("imbalance", 0.0) == 0.0
     assert skewed["imbalance"] > 0.0
     assert skewed["compute"] == pytest.approx(balanced["compute"], rel=0.05)
+
+
+def test_balance_stages_remedy_proposes_the_balanced_layout():
+    """The DeepSeek-V3 DualPipe recipe on the even split waits on its heaviest rank: train explain offers
+    layout=balanced, simulated, faster, and shown as 'layout even -> balanced'."""
+    plan = ("tp=1,pp=16,ep=64,precision=fp8,mtp=1,schedule=dualpipe,dispatcher=deepep,moments=bf16,"
+            "act_fp8_store=true,recompute_modules=layernorm+mla_up_proj+moe_act")
+    document = explain_training(model="deepseek-v3", hardware="h800", devices=2048, seq_len=4096,
+                                global_batch=15360, plan=plan)
+    balanced = [r for r in document["remedies"] if r["change"] == "layout even -> balanced"]
+    assert balanced and balanced[0]["step_time_s"] < document["step_time_s"]
+    assert "balance-stages" in balanced[0]["rules"]

@@ -143,6 +143,8 @@ def _shown(plan: Plan, key: str) -> str:
         return f"full:{plan.recompute_layers}"
     if isinstance(value, bool):
         return "true" if value else "false"
+    if key == "layout" and not value:
+        return "even"  # no layout given: layers split evenly
     return "-" if value is None else str(value)
 
 
