@@ -2,24 +2,12 @@
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 from windtunnel.specs.hardware import Chip
-from windtunnel.specs.yamlio import catalog_dir, read_yaml
-
-
-def deep_merge(base: dict, override: dict) -> dict:
-    """Recursive dict merge; ``override`` wins on leaves."""
-    out = copy.deepcopy(base)
-    for key, value in (override or {}).items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = deep_merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
+from windtunnel.specs.yamlio import catalog_dir, deep_merge, read_yaml
 
 
 @lru_cache(maxsize=1)

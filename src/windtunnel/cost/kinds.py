@@ -26,10 +26,10 @@ from __future__ import annotations
 import math
 from functools import cache
 
-from windtunnel.cost.efficiency import Efficiency, deep_merge
+from windtunnel.cost.efficiency import Efficiency
 from windtunnel.graph.ops import Op
 from windtunnel.specs.hardware import Chip
-from windtunnel.specs.yamlio import catalog_dir, read_yaml
+from windtunnel.specs.yamlio import catalog_dir, deep_merge, read_yaml
 
 KINDS = ("conv", "gather", "sparse", "bmm")
 # Smallest reduction length a split-K slice keeps (cuDNN/CUTLASS split-K and stream-K kernels).

@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass, field
 
 from windtunnel.infer.deployment import serving_defaults
+from windtunnel.specs.yamlio import deep_merge
 
 SETTINGS = ("kv_precision", "scheduler", "two_batch_overlap", "moe_gemm", "moe_imbalance", "decode_attention")
 
@@ -80,20 +81,11 @@ class ServingSystem:
         return dict(self.settings.get("scheduler") or {})
 
 
-def _deep(base, over):
-    """``over`` laid over ``base``: mappings merge key by key (recursively), anything else replaces."""
-    if not (isinstance(base, dict) and isinstance(over, dict)):
-        return over
-    merged = dict(base)
-    for key, value in over.items():
-        merged[key] = _deep(merged.get(key), value)
-    return merged
-
-
 def _merge(into: dict, entry: dict, origin: dict, where: str) -> None:
     for key in SETTINGS:
         if key in entry:
-            into[key] = _deep(into.get(key), entry[key])
+            old, new = into.get(key), entry[key]
+            into[key] = deep_merge(old, new) if isinstance(old, dict) and isinstance(new, dict) else new
             origin[key] = where
 
 

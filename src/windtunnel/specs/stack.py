@@ -17,7 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from windtunnel.specs.errors import WindtunnelError, choices_text, did_you_mean
-from windtunnel.specs.yamlio import catalog_dir, read_mapping_file, read_yaml
+from windtunnel.specs.yamlio import catalog_dir, deep_merge, read_mapping_file, read_yaml
 
 DEFAULT_STACK = "megatron"
 
@@ -190,13 +190,6 @@ class Stack(_Frozen):
     sources: dict[str, str] = Field(default_factory=dict)
 
 
-def _deep_merge(base: dict, override: dict) -> dict:
-    out = dict(base)
-    for key, value in override.items():
-        out[key] = _deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-    return out
-
-
 @lru_cache(maxsize=1)
 def _catalog() -> dict[str, dict]:
     docs: dict[str, dict] = {}
@@ -226,7 +219,7 @@ def _resolve(doc: dict, docs: dict[str, dict], where: str, seen: tuple[str, ...]
                               f"{choices_text(docs)}.", field="inherits")
     base = _resolve(docs[parent], docs, where, (*seen, str(parent)))
     sources = {**base.get("sources", {}), **body.get("sources", {})}
-    merged = _deep_merge(base, body)
+    merged = deep_merge(base, body)
     merged["sources"] = sources
     return merged
 
