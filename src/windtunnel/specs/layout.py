@@ -14,6 +14,7 @@ stage may be empty. Example: DeepSeek-V3 on 16 stages with MTP, ``Et*4|(t*4|)*14
 from __future__ import annotations
 
 import re
+from itertools import accumulate
 
 from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.model import ModelSpec
@@ -166,6 +167,8 @@ def balanced_split(units: list[list[str]], weights: list[float], stages: int, ra
     n = len(units)
     layer_count = [sum(m in LAYER_KINDS for m in unit) for unit in units]
     limit = max_layers if max_layers is not None else n
+    # Prefix sums: the weight and layer count of units a..b-1 are w_at[b] - w_at[a] and l_at[b] - l_at[a].
+    w_at, l_at = [0.0, *accumulate(weights)], [0, *accumulate(layer_count)]
     if stages < 1 or n < stages:
         raise WindtunnelError(f"Plan field 'layout' is 'balanced': {n} modules cannot fill {stages} pipeline stages.",
                               field="layout")
@@ -190,16 +193,16 @@ def balanced_split(units: list[list[str]], weights: list[float], stages: int, ra
     cuts = greedy(hi) or []
     while len(cuts) < stages - 1:  # fewer stages used than given: split the heaviest multi-unit stage
         bounds = [0, *cuts, n]
-        spans = [(sum(weights[a:b]), a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b - a > 1]
+        spans = [(w_at[b] - w_at[a], a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b - a > 1]
         _, a, b = max(spans, key=lambda s: (s[0], -s[1]))
-        best = min(range(a + 1, b), key=lambda c: (max(sum(weights[a:c]), sum(weights[c:b])), c))
+        best = min(range(a + 1, b), key=lambda c: (max(w_at[c] - w_at[a], w_at[b] - w_at[c]), c))
         cuts = sorted([*cuts, best])
 
     def score(cut_list: list[int]) -> tuple[float, float]:
         bounds = [0, *cut_list, n]
         loads: dict[int, float] = {}
         for s, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False)):
-            loads[rank_of(s)] = loads.get(rank_of(s), 0.0) + sum(weights[a:b])
+            loads[rank_of(s)] = loads.get(rank_of(s), 0.0) + w_at[b] - w_at[a]
         return max(loads.values()), sum(v * v for v in loads.values())
 
     current = score(cuts)
@@ -214,8 +217,8 @@ def balanced_split(units: list[list[str]], weights: list[float], stages: int, ra
                 high = trial[index + 1] if index + 1 < len(trial) else n
                 if not low < trial[index] < high:
                     continue
-                moved = [0, *trial, n]
-                if any(sum(layer_count[a:b]) > limit for a, b in zip(moved, moved[1:], strict=False)):
+                # Only the two stages beside the moved boundary change their layer counts.
+                if max(l_at[trial[index]] - l_at[low], l_at[high] - l_at[trial[index]]) > limit:
                     continue
                 got = score(trial)
                 if got < current:
