@@ -64,3 +64,22 @@ def test_balanced_interleaved_runs_and_too_many_stages_is_an_error():
     assert any("stages balanced" in a for a in result.assumptions)
     with pytest.raises(WindtunnelError, match="pp"):
         simulate_training("llama3-8b", "h100-sxm", 64, seq_len=4096, global_batch=128, plan="tp=1,pp=8,vpp=8,layout=balanced")
+
+
+def test_search_refinement_keeps_the_faster_of_even_and_balanced():
+    """The search's refinement plays a pipelined plan both ways and keeps the faster feasible split; a plan that
+    pins a layout, or has no pipeline, is played as given."""
+    from windtunnel.specs.hardware import load_hardware
+    from windtunnel.specs.model import load_model
+    from windtunnel.specs.plan import parse_plan
+    from windtunnel.train.space import SearchSpace, refine
+
+    space = SearchSpace(load_model("deepseek-v3"), load_hardware("h800", 2048), 4096, 15360)
+    even = simulate_training(*DSV3, seq_len=4096, global_batch=15360, plan=PLAN)
+    refined = refine(space, parse_plan(PLAN))
+    assert refined.feasible and refined.step_time_s < even.step_time_s
+    assert "layout=balanced" in refined.plan
+    pinned = refine(space, parse_plan(PLAN + ",layout=balanced"))
+    assert pinned.step_time_s == pytest.approx(refined.step_time_s, rel=1e-12)
+    flat = refine(space, parse_plan("tp=8,pp=1,ep=64,precision=fp8,dispatcher=deepep"))
+    assert "layout" not in flat.plan

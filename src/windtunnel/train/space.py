@@ -20,6 +20,7 @@ import numpy as np
 
 from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.hardware import Cluster
+from windtunnel.specs.layout import BALANCED
 from windtunnel.specs.model import ModelSpec
 from windtunnel.specs.plan import Plan
 from windtunnel.train.result import TrainingResult
@@ -270,12 +271,26 @@ def cost_shard(space: SearchSpace, key: ShardKey) -> ShardCost:
 
 
 def refine(space: SearchSpace, plan: Plan) -> TrainingResult:
-    """The full event simulation of one candidate."""
-    job = TrainingJob(model=space.model, cluster=space.cluster, plan=plan, seq_len=space.seq_len,
-                      global_batch=space.global_batch, moe_imbalance=space.moe_imbalance,
-                      flash_attention=space.flash_attention, fused_loss=space.fused_loss, framework=space.framework,
-                      fitted_override=space.fitted_override)
-    return simulate(job)
+    """The full event simulation of one candidate. A pipelined plan without a layout is also played with
+    ``layout=balanced`` (the split that evens the busiest rank's time, specs.layout.balanced_split), and the
+    faster feasible of the two is kept: an uneven model (embedding and loss on the end stages, dense and MoE
+    layers, MTP modules) often waits on one heavy stage that a different split relieves."""
+    def run(candidate: Plan) -> TrainingResult:
+        return simulate(TrainingJob(model=space.model, cluster=space.cluster, plan=candidate, seq_len=space.seq_len,
+                                    global_batch=space.global_batch, moe_imbalance=space.moe_imbalance,
+                                    flash_attention=space.flash_attention, fused_loss=space.fused_loss,
+                                    framework=space.framework, fitted_override=space.fitted_override))
+
+    result = run(plan)
+    if plan.pp == 1 or plan.layout:
+        return result
+    try:
+        balanced = run(plan.model_copy(update={"layout": BALANCED}))
+    except WindtunnelError:  # no balanced split exists (too few modules for the stages): keep the even one
+        return result
+    if balanced.feasible and (not result.feasible or balanced.step_time_s < result.step_time_s):
+        return balanced
+    return result
 
 
 def tokens_per_step(space: SearchSpace) -> int:
