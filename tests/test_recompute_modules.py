@@ -81,3 +81,18 @@ def test_modules_round_trip_in_the_plan_string():
     assert plan.recompute_modules == "layernorm+moe_act"
     assert parse_plan(plan.to_string()).to_string() == plan.to_string()
     assert "recompute_modules=layernorm+moe_act" in plan.short()
+
+
+def test_attn_proj_keeps_only_the_layer_input_and_qkv_like_maxtext_save_qkv_proj():
+    """attn_proj + mlp + layernorm (MaxText's save_qkv_proj): the layer keeps its input and the attention's Q, K,
+    V (with the log-sum-exp); the attention output, the residual after it and everything in the MLP are
+    regenerated, so the out projection re-runs as well."""
+    layer = layer_forward(load_model("llama3-70b"), Sharding(seq_len=8192), moe=False)
+    saved = {op.name: op.saved_bytes for op in layer.ops}
+    kept = saved_activation_bytes(layer, "selective[attn_proj+mlp+layernorm]")
+    assert kept == pytest.approx(saved["attn_norm"] + saved["core_attention"])
+    region = saved_activation_bytes(layer, "selective[core_attn+mlp+layernorm]")
+    assert region - kept == pytest.approx(saved["out_proj"] + saved["mlp_norm"])
+    rerun = {op.name for op in recompute_graph(layer, "selective[attn_proj+mlp+layernorm]").ops}
+    assert {"core_attention", "out_proj", "attn_residual", "mlp.up_proj", "mlp.down_proj"} <= rerun
+    assert "qkv_proj" not in rerun

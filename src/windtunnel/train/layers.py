@@ -30,7 +30,7 @@ MLA_SELECTIVE_OPS = ("q_up_proj", "kv_up_proj", "rope")
 # others re-run a module and drop its output as well (Megatron's "output-discarding" recompute,
 # used for the cheap memory-bound and up-projection modules): the operators that consume it no
 # longer keep their input.
-_REGION_MODULES = ("core_attn", "mlp", "moe")
+_REGION_MODULES = ("core_attn", "mlp", "moe", "attn_proj")
 
 
 def _is_mla(forward: OpGraph) -> bool:
@@ -51,6 +51,8 @@ def module_ops(forward: OpGraph, module: str) -> set[int]:
             return op.name in ("experts.act", "experts.act_clamp")
         if module == "mlp":
             return op.name.startswith("mlp.")
+        if module == "attn_proj":
+            return op.name in SELECTIVE_OPS or op.name in ("out_proj", "attn_residual")
         if module == "moe":
             return False  # an index range, below
         raise ValueError(f"unknown recompute module '{module}'")
@@ -91,6 +93,9 @@ def recompute_selection(forward: OpGraph, mode: str) -> tuple[set[int], set[int]
         if module not in _REGION_MODULES:
             # Output-discarding recompute: the consumers' stored inputs are regenerated.
             dropped |= {i for i, op in enumerate(forward.ops) if i not in ops and any(d in ops for d in op.deps)}
+    # An operator re-run from inputs that are all re-run themselves keeps nothing: its inputs are regenerated
+    # (attn_proj re-runs the attention's residual add, so the MLP norm's input need not be stored).
+    dropped |= {i for i in rerun if forward.ops[i].deps and all(d in rerun for d in forward.ops[i].deps)}
     return rerun, dropped
 
 
