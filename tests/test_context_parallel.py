@@ -190,3 +190,39 @@ def test_without_overlap_a_ring_waits_for_its_transfer_too():
     assert names.index("cp_kv_ring") in local.deps
     overlapped = layer_forward(model, Sharding(cp=CP, seq_len=SEQ), moe=False)
     assert names.index("cp_kv_ring") not in overlapped.ops[names.index("core_attention")].deps
+
+
+def _titan_attention(cp: int, tokens: int = SEQ // CP) -> dict:
+    """The attention operators of one torchtitan CP layer holding ``tokens`` queries per rank, by name."""
+    titan = load_stack("torchtitan").comm
+    shard = Sharding(cp=cp, seq_len=tokens * cp, context_parallel="allgather", cp_overlap=False,
+                     cp_grad_bytes=titan.cp_grad_bytes, cp_regather=titan.cp_backward_regather)
+    graph = layer_forward(load_model("llama3-8b"), shard, moe=False)
+    return {op.name: op for op in _ops(graph, "attention")}
+
+
+def test_pytorch_cp_costs_each_sdpa_call_at_its_own_key_length():
+    # torch's context_parallel calls SDPA per step on one rank's block: the local step is causal over the
+    # rank's own keys, each load-balanced ring step sees half a block or a whole one (0.75 of it on average),
+    # whatever the CP degree. The kernel's efficiency follows those calls, not the gathered sequence.
+    from dataclasses import replace
+
+    from windtunnel.cost.compute import attention_time
+    from windtunnel.cost.efficiency import efficiency_for
+    from windtunnel.specs.hardware import load_chip
+
+    chip = load_chip("h100-hbm2e-500w")
+    eff = efficiency_for(chip)
+    tokens = SEQ // CP
+    per_flop = {}
+    for cp in (2, 8):
+        ops = _titan_attention(cp, tokens)
+        assert ops["core_attention"].shape[2] == tokens
+        assert ops["core_attention_ring"].shape[2] == pytest.approx(0.75 * tokens)
+        ring = ops["core_attention_ring"]
+        per_flop[cp] = attention_time(ring, chip, eff) / ring.flops
+        # costed at the gathered sequence (cp x tokens keys) the same calls would look faster
+        gathered = replace(ring, shape=(ring.shape[0], tokens, tokens * cp, *ring.shape[3:]))
+        assert attention_time(gathered, chip, eff) < attention_time(ring, chip, eff)
+    # the same calls at CP 2 and CP 8: the same time per FLOP (ring steps differ only in number)
+    assert per_flop[8] == pytest.approx(per_flop[2], rel=1e-3)

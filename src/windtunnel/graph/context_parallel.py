@@ -19,7 +19,8 @@ def pytorch_allgather(builder, deps: tuple[int, ...], kv_block: float, work: tup
     fp32 dK/dV accumulator to the next rank (dkv_rotater = _RotateMethod.ALL_TO_ALL, one permute_tensor per
     step), the last one bringing each rank its own gradients back. ``kv_block``: bytes of this rank's K and V;
     ``work``: the attention's (FLOPs, exponentials, bytes per kernel, saved bytes) over all steps; ``shape``:
-    the attention operator's. Returns what the merge waits for.
+    the attention operator's, its key length replaced by one call's (call_key_lengths). Returns what the
+    merge waits for.
 
     Eager, a functional collective returns an AsyncCollectiveTensor waited at its first use: the all-gather runs
     beside the local block, each dK/dV transfer beside the next step, only the last one exposed. Traced
@@ -30,11 +31,14 @@ def pytorch_allgather(builder, deps: tuple[int, ...], kv_block: float, work: tup
     (graph.ops.backward_of), so the zero-byte forward operators below carry the backward's transfers."""
     s = builder.s
     flops, scores, kernel_bytes, saved = work
+    local_keys, ring_keys = call_key_lengths(shape[1])
 
     def attention(name: str, share: float, steps: float, step_deps: tuple[int, ...]) -> int:
+        keys = local_keys if name == "core_attention" else ring_keys
         return builder.g.add(Op(name, "attention", flops=flops * share, exponentials=scores * share,
-                                bytes_moved=kernel_bytes * steps, saved_bytes=saved * share, shape=shape,
-                                deps=step_deps, precision="bf16", kernel=s.attention_kernel,
+                                bytes_moved=kernel_bytes * steps, saved_bytes=saved * share,
+                                shape=call_shape(shape, keys), deps=step_deps, precision="bf16",
+                                kernel=s.attention_kernel,
                                 host_ops=s.linear_host_ops if name == "core_attention" else 1.0))
 
     def rotation(name: str, sends: int, rotation_deps: tuple[int, ...]) -> int:
@@ -56,6 +60,29 @@ def pytorch_allgather(builder, deps: tuple[int, ...], kv_block: float, work: tup
     first = attention("core_attention", 1.0 / s.cp, 1.0, (*deps, last))
     rest = attention("core_attention_ring", (s.cp - 1) / s.cp, s.cp - 1, (first, ag))
     return (rest, rotation("cp_dkv_rotate", s.cp - 1, deps))
+
+
+def call_key_lengths(q_len: int) -> tuple[float, float]:
+    """Keys each query sees in one SDPA call of PyTorch's context_parallel, for a rank holding ``q_len``
+    queries (tokens): (the local step, a ring step). The kernel's efficiency follows the length of one
+    call, not the gathered sequence (cost.compute.attention_time), and every call here is a rank's block.
+
+    torch/distributed/tensor/experimental/_attention.py (_templated_ring_attention, _is_causal_behavior,
+    _ContextParallelOptions.enable_load_balance = True, the default torchtitan keeps): the local step is
+    one causal call over the rank's own ``q_len`` keys; with the head-tail (round-robin) sharding every
+    later step is a non-causal call of the same FLOPs, either all queries against the first half of the
+    visiting block (i <= rank: q_len / 2 keys) or the second half of the queries against all of it
+    (i > rank: q_len keys). Over the CP group half the ring calls are of each kind, so a query sees
+    (q_len / 2 + q_len) / 2 = 0.75 q_len keys per ring call on average."""
+    return float(q_len), 0.75 * q_len
+
+
+def call_shape(shape: tuple, keys: float) -> tuple:
+    """``shape`` (batch*heads, q_len, kv_len, head_dim[, window_keys, window_share]) with one call's
+    ``keys`` as its key length; a sliding window sees no more keys than the call holds."""
+    if len(shape) > 5:
+        return (shape[0], shape[1], keys, shape[3], min(shape[4], keys) if shape[4] else shape[4], shape[5])
+    return (shape[0], shape[1], keys, *shape[3:])
 
 
 def ulysses_attention(builder, deps: tuple[int, ...], heads: int, kv_heads: int, qk_dim: int, v_dim: int,
