@@ -82,7 +82,7 @@ def compare_rows(rows: list[dict], profiles: list[tuple[str, Profile]]) -> Compa
                                   + (f" and stack '{profile.stack}'" if profile.stack else "")
                                   + "; give one profile per chip and stack.", field="profile")
         seen[key] = path
-    before = validate_rows(rows)
+    before = validate_rows(rows, shipped_roles=False)  # the same split as the profiles' own fit
     after_by_id: dict[str, RowResult] = {}
     chosen: dict[str, tuple[str, Profile]] = {}
     for path, profile in profiles:
