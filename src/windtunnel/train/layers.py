@@ -77,9 +77,12 @@ def recompute_selection(forward: OpGraph, mode: str) -> tuple[set[int], set[int]
     """(operators re-run before the backward, operators whose saved activations are not kept)."""
     rerun: set[int] = set()
     dropped: set[int] = set()
+    module_of: dict[int, set[str]] = {}
     for module in selective_modules(forward, mode):
         ops = module_ops(forward, module)
         rerun |= ops
+        for index in ops:
+            module_of.setdefault(index, set()).add(module)
         for index in ops:
             op = forward.ops[index]
             inside = any(dep in ops for dep in op.deps)
@@ -93,9 +96,11 @@ def recompute_selection(forward: OpGraph, mode: str) -> tuple[set[int], set[int]
         if module not in _REGION_MODULES:
             # Output-discarding recompute: the consumers' stored inputs are regenerated.
             dropped |= {i for i, op in enumerate(forward.ops) if i not in ops and any(d in ops for d in op.deps)}
-    # An operator re-run from inputs that are all re-run themselves keeps nothing: its inputs are regenerated
-    # (attn_proj re-runs the attention's residual add, so the MLP norm's input need not be stored).
-    dropped |= {i for i in rerun if forward.ops[i].deps and all(d in rerun for d in forward.ops[i].deps)}
+    # An operator whose inputs are all re-run by other modules keeps nothing: its inputs are regenerated
+    # before it re-runs (attn_proj re-runs the attention's residual add, so the MLP norm's input need not be
+    # stored). Inside one module, the module's own rule above decides.
+    dropped |= {i for i in rerun if forward.ops[i].deps and all(
+        d in rerun and not module_of[d] & module_of[i] for d in forward.ops[i].deps)}
     return rerun, dropped
 
 

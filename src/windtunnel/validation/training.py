@@ -29,13 +29,23 @@ SINGLE_NODE = 8
 # What a row's CSV columns cannot state about its model family (public facts about the model, not fitted
 # values). Rule: a family applies when the row's model name, lower-cased with everything but letters and digits
 # removed, starts with its key ("GPT OSS 120B" -> "gptoss120b"). "vocab" fills a blank vocab column; "qk_norm"
-# sets the per-head QK-Norm; "like" copies the named catalog model's attention window and expert biases/clamp.
+# sets the per-head QK-Norm; "like" copies the named catalog model's attention window and expert biases/clamp;
+# "mla_q_lora_rank" replaces the default (DeepSeek-V3) query LoRA rank of an MLA row; "tied_embeddings" shares
+# the input embedding with the output layer.
 MODEL_FAMILIES: dict[str, dict] = {
     "nemotron": {"vocab": 256000, "source": "Nemotron family tokenizer: 256,000-token SentencePiece vocabulary per "
                  "the Nemotron-4 15B and 340B technical reports (arXiv 2402.16819, 2406.11704); assumed for the "
                  "Nemotron-3 configs too"},
     "qwen3": {"qk_norm": True, "source": "Qwen3: per-head QK-Norm of queries and keys (Qwen3 technical report)"},
     "gptoss": {"like": "gpt-oss-120b"},
+    # Checked before adding rows Y49 / Y50 (MindSpeed-LLM 1ea39226 scripts, see their notes).
+    "deepseekv2lite": {"mla_q_lora_rank": None,
+                       "source": "DeepSeek-V2-Lite: queries projected directly, no q compression (HF config q_lora_rank "
+                                 "null; MindSpeed-LLM 1ea39226 pretrain_deepseek2_lite_16b_ptd_8p.sh passes no --q-lora-rank)"},
+    "minicpm": {"tied_embeddings": True,
+                "source": "MiniCPM: input embedding shared with the output layer (MindSpeed-LLM 1ea39226 "
+                          "pretrain_minicpm_8x2b.sh has no --untie-embeddings-and-output-weights; HF config "
+                          "tie_word_embeddings true)"},
 }
 
 
@@ -144,6 +154,12 @@ def _row_model(row: dict, notes: list[str], dropout: float = 0.1) -> ModelSpec:
         reference = load_model("deepseek-v3")
         data["mla"] = reference.mla.model_dump()
         notes.append("MLA ranks and head dims taken from the catalog's deepseek-v3 (not in the CSV)")
+        if "mla_q_lora_rank" in family:
+            data["mla"]["q_lora_rank"] = family["mla_q_lora_rank"]
+            notes.append(family["source"])
+    if family.get("tied_embeddings"):
+        data["tied_embeddings"] = True
+        notes.append(family["source"])
     if family.get("qk_norm"):
         data["qk_norm"] = True
         notes.append(family["source"])
