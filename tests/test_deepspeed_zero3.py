@@ -1,6 +1,7 @@
-"""DeepSpeed ZeRO-3's gathered working set (train/memory.py): per-submodule fetching under a live-parameter
+"""DeepSpeed ZeRO-3 (stack data, train/memory.py, train/step.py): per-submodule fetching under a live-parameter
 cap (stage3_max_live_parameters) and gradient reduction from a bucket (reduce_bucket_size), never below the
-largest single weight; and the DeepSpeed-on-Azure rows (X60-X68) that exercise it. Bytes; 16-bit = 2 bytes."""
+largest single weight; one collective per weight matrix and per reduce bucket, each paying its ring latency;
+and the DeepSpeed-on-Azure rows (X60-X74) that exercise it. Bytes; 16-bit = 2 bytes; seconds."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from conftest import small_dense
 from windtunnel.specs.hardware import load_hardware
 from windtunnel.specs.plan import parse_plan
 from windtunnel.specs.stack import load_stack
-from windtunnel.train.step import TrainingJob, simulate
+from windtunnel.train.memory import layer_weights, reduce_buckets
+from windtunnel.train.step import TrainingJob, _StepBuilder, simulate
 from windtunnel.validation.training import build_job, read_rows
 
 EXTRA = Path(__file__).resolve().parents[1] / "validation" / "extra_training_runs.csv"
@@ -30,9 +32,7 @@ def _sharding(**fields):
 
 
 def _largest_weight() -> float:
-    m = small_dense()
-    mats = 3 if m.activation == "swiglu" else 2
-    return max(m.mlp_params(m.ffn_hidden) * (2 if mats == 3 else 1) / mats, 0.75 * m.attention_params())
+    return max(layer_weights(small_dense(), 1, moe=False))
 
 
 def _layer() -> float:
@@ -76,3 +76,40 @@ def test_azure_zero3_rows_fit_in_memory(row_id):
     job, _, error = build_job(row)
     assert error is None
     assert simulate(job).feasible
+
+
+def test_layer_weights_cover_the_layer():
+    """QKV, output projection, MLP in and out: together the layer's attention and MLP weights (GQA split by heads)."""
+    m = small_dense()
+    qkv, out, up, down = layer_weights(m, 1, moe=False)
+    assert out == m.heads * m.head_dim * m.hidden
+    assert qkv + out == m.attention_params()
+    assert up + down == m.mlp_params(m.ffn_hidden)
+    assert [w / 2 for w in layer_weights(m, 1, moe=False)] == layer_weights(m, 2, moe=False)
+
+
+@pytest.mark.parametrize(("grads", "bucket", "expected"), [
+    ([3.0, 3.0, 1.0, 1.0], 4.0, [3.0, 4.0, 1.0]),     # 3 + 3 > 4 flushes; 3 + 1 = 4 fits; 4 + 1 > 4 flushes
+    ([5.0, 1.0], 4.0, [5.0, 1.0]),                    # a gradient larger than the bucket goes alone
+    ([1.0, 1.0, 1.0], 10.0, [3.0]),
+    ([2.0, 2.0], None, [4.0]),
+])
+def test_reduce_buckets_fill_like_deepspeed(grads, bucket, expected):
+    assert reduce_buckets(grads, bucket) == expected
+    assert sum(reduce_buckets(grads, bucket)) == sum(grads)
+
+
+def _zero3_times(fetch_unit: str, devices: int = 64):
+    stack = _sharding(fetch_unit=fetch_unit)
+    job = TrainingJob(model=small_dense(), cluster=load_hardware("a100-80g", devices),
+                      plan=parse_plan(f"tp=1,pp=1,dp={devices},mbs=1,recompute=full,zero=3"),
+                      seq_len=2048, global_batch=devices, framework=stack)
+    return _StepBuilder(job).zero3_times("dense")
+
+
+def test_module_fetch_pays_one_ring_latency_per_weight():
+    """Same bytes in four all-gathers instead of one: slower by about three rings' latency, more so on more ranks."""
+    small = [m - b for m, b in zip(_zero3_times("module", 16), _zero3_times("layer", 16), strict=True)]
+    large = [m - b for m, b in zip(_zero3_times("module", 512), _zero3_times("layer", 512), strict=True)]
+    assert all(d > 0 for d in small)
+    assert large[0] > 10 * small[0]

@@ -98,6 +98,11 @@ class Sharding(_Frozen):
     # Gradients are reduce-scattered from a bucket of this many elements (DeepSpeed reduce_bucket_size),
     # never below the largest single weight's gradient; None: a whole layer's (reducing_layers).
     reduce_bucket_params: float | None = Field(default=None, gt=0)
+    # What one parameter all-gather moves: 'layer' (one collective for a block's parameters, FSDP's
+    # unit) or 'module' (one per weight matrix, as DeepSpeed's coordinator fetches each submodule's
+    # parameters in its own all_gather_coalesced call); with 'module' the gradients are reduce-scattered
+    # in reduce_bucket_params buckets filled in backward order. Each collective pays its ring's latency.
+    fetch_unit: Literal["layer", "module"] = "layer"
 
 
 class Comm(_Frozen):

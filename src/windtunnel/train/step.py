@@ -46,7 +46,14 @@ from windtunnel.train.layers import (
     split_weight_gradients,
     with_main_grad_add,
 )
-from windtunnel.train.memory import WEIGHT_BYTES, StateBytes, layer_saved_bytes, step_memory
+from windtunnel.train.memory import (
+    WEIGHT_BYTES,
+    StateBytes,
+    layer_saved_bytes,
+    layer_weights,
+    reduce_buckets,
+    step_memory,
+)
 from windtunnel.train.pipeline_play import PipelinePlay
 from windtunnel.train.placement import Placement, place_plan
 from windtunnel.train.result import TrainingResult
@@ -225,6 +232,18 @@ class _StepBuilder(PipelinePlay):
         if self.plan.zero < 3:
             return 0.0, 0.0
         dense, expert = self.layer_params(kind)
+        sharding = self.stack.sharding
+        if sharding.fetch_unit == "module" and kind in ("dense", "moe"):
+            # One all-gather per weight matrix (DeepSpeed fetch_sub_module), the rest of the layer's dense
+            # parameters (norms, biases) with the largest; gradients in reduce buckets, backward order.
+            weights = layer_weights(self.job.model, self.plan.tp, kind == "moe")
+            weights[-1] += max(0.0, dense - sum(weights))
+            gather = sum(self._dp_collective("all_gather", w, 0.0, WEIGHT_BYTES) for w in weights)
+            gather += self._dp_collective("all_gather", 0.0, expert, WEIGHT_BYTES)
+            buckets = reduce_buckets(list(reversed(weights)), sharding.reduce_bucket_params)
+            reduce = sum(self._dp_collective("reduce_scatter", b, 0.0, self.states.grads) for b in buckets)
+            reduce += self._dp_collective("reduce_scatter", 0.0, expert, self.states.grads)
+            return gather, gather + reduce
         gather = self._dp_collective("all_gather", dense, expert, WEIGHT_BYTES)
         # Gradients are reduce-scattered in the main-gradient dtype (FSDP's reduce_dtype).
         reduce = self._dp_collective("reduce_scatter", dense, expert, self.states.grads)
@@ -496,3 +515,4 @@ def forward_backward_graphs(model: ModelSpec, shard: Sharding, moe: bool) -> tup
 def plan_for(model: ModelSpec, cluster: Cluster, plan: Plan, seq_len: int, global_batch: int) -> Plan:
     """The validated plan with dp filled in."""
     return validate_plan(plan, model, cluster.devices, seq_len, global_batch)
+
