@@ -13,8 +13,8 @@ from conftest import small_dense
 from windtunnel.specs.hardware import load_hardware
 from windtunnel.specs.plan import parse_plan
 from windtunnel.specs.stack import load_stack
-from windtunnel.train.memory import layer_weights, reduce_buckets
 from windtunnel.train.step import TrainingJob, _StepBuilder, simulate
+from windtunnel.train.zero3 import layer_weights, reduce_buckets
 from windtunnel.validation.training import build_job, read_rows
 
 EXTRA = Path(__file__).resolve().parents[1] / "validation" / "extra_training_runs.csv"

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from windtunnel.specs.modules import OFFLOAD_MODULES
+from windtunnel.train.zero3 import layer_weights
 
 WEIGHT_BYTES = 2.0
 GRAD_BYTES = 4.0
@@ -457,37 +458,3 @@ def step_memory(builder, chunks: dict) -> StepMemory:
 def _largest_weight(model, plan) -> float:
     """Parameters of a layer's largest single dense weight on one device (the unit DeepSpeed ZeRO-3 gathers whole)."""
     return max(layer_weights(model, plan.tp, moe=False))
-
-
-def layer_weights(model, tp: int, moe: bool) -> list[float]:
-    """A layer's dense weight matrices on one device in forward order (parameters): the fused QKV and output
-    projections (three quarters and one quarter of the attention's weights with as many KV as query
-    heads; the split follows the heads otherwise) and, for a dense layer, the MLP's input projection (fused
-    gate and up with SwiGLU) and output projection."""
-    attention = model.attention_params()
-    head_dim = model.head_dim or model.hidden // model.heads
-    out = model.heads * head_dim * model.hidden
-    weights = [max(0.0, attention - out), float(min(out, attention))]
-    if not moe:
-        mats = 3 if model.activation == "swiglu" else 2
-        mlp = model.mlp_params(model.ffn_hidden)
-        weights += [mlp * (mats - 1) / mats, mlp / mats]
-    return [w / max(1, tp) for w in weights]
-
-
-def reduce_buckets(grads: list[float], bucket: float | None) -> list[float]:
-    """Gradient sizes (parameters) grouped as DeepSpeed ZeRO-3 fills its reduce bucket: a gradient that
-    would overflow a non-empty bucket first reduces the bucket (stage3.py
-    reduce_independent_p_g_buckets_and_remove_grads); None: one bucket for all."""
-    if bucket is None:
-        return [sum(grads)]
-    out: list[float] = []
-    filled = 0.0
-    for grad in grads:
-        if filled > 0 and filled + grad > bucket:
-            out.append(filled)
-            filled = 0.0
-        filled += grad
-    if filled > 0:
-        out.append(filled)
-    return out

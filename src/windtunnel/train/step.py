@@ -46,18 +46,12 @@ from windtunnel.train.layers import (
     split_weight_gradients,
     with_main_grad_add,
 )
-from windtunnel.train.memory import (
-    WEIGHT_BYTES,
-    StateBytes,
-    layer_saved_bytes,
-    layer_weights,
-    reduce_buckets,
-    step_memory,
-)
+from windtunnel.train.memory import WEIGHT_BYTES, StateBytes, layer_saved_bytes, step_memory
 from windtunnel.train.pipeline_play import PipelinePlay
 from windtunnel.train.placement import Placement, place_plan
 from windtunnel.train.result import TrainingResult
 from windtunnel.train.steady import play_step
+from windtunnel.train.zero3 import zero3_layer_times
 
 GIB = float(2**30)
 
@@ -231,23 +225,7 @@ class _StepBuilder(PipelinePlay):
         """(forward, backward) seconds of ZeRO-3 gathers/reduce-scatters for one layer and micro-batch."""
         if self.plan.zero < 3:
             return 0.0, 0.0
-        dense, expert = self.layer_params(kind)
-        sharding = self.stack.sharding
-        if sharding.fetch_unit == "module" and kind in ("dense", "moe"):
-            # One all-gather per weight matrix (DeepSpeed fetch_sub_module), the rest of the layer's dense
-            # parameters (norms, biases) with the largest; gradients in reduce buckets, backward order.
-            weights = layer_weights(self.job.model, self.plan.tp, kind == "moe")
-            weights[-1] += max(0.0, dense - sum(weights))
-            gather = sum(self._dp_collective("all_gather", w, 0.0, WEIGHT_BYTES) for w in weights)
-            gather += self._dp_collective("all_gather", 0.0, expert, WEIGHT_BYTES)
-            buckets = reduce_buckets(list(reversed(weights)), sharding.reduce_bucket_params)
-            reduce = sum(self._dp_collective("reduce_scatter", b, 0.0, self.states.grads) for b in buckets)
-            reduce += self._dp_collective("reduce_scatter", 0.0, expert, self.states.grads)
-            return gather, gather + reduce
-        gather = self._dp_collective("all_gather", dense, expert, WEIGHT_BYTES)
-        # Gradients are reduce-scattered in the main-gradient dtype (FSDP's reduce_dtype).
-        reduce = self._dp_collective("reduce_scatter", dense, expert, self.states.grads)
-        return gather, gather + reduce
+        return zero3_layer_times(self, kind, WEIGHT_BYTES)
 
     def zero2_reduce(self, kind: str) -> float:
         """Seconds to reduce-scatter one layer's gradients after each micro-batch (ZeRO-2/3)."""
