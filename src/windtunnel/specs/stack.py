@@ -90,6 +90,19 @@ class Sharding(_Frozen):
     # kept (FSDP MixedPrecision casts at the all-gather); False: a 16-bit partition beside the fp32
     # master partition (DeepSpeed ZeRO-3, Megatron-FSDP).
     fp32_sharded_params: bool = False
+    # DeepSpeed ZeRO-3 fetches parameters one submodule (one Linear, one norm) at a time and stops
+    # prefetching once this many gathered parameters are resident (stage3_max_live_parameters), so its
+    # gathered working set is capped by a parameter count, never below the largest single weight (the
+    # module being run is always gathered whole). None: whole layers (gathered_layers), as FSDP's units.
+    max_live_params: float | None = Field(default=None, gt=0)
+    # Gradients are reduce-scattered from a bucket of this many elements (DeepSpeed reduce_bucket_size),
+    # never below the largest single weight's gradient; None: a whole layer's (reducing_layers).
+    reduce_bucket_params: float | None = Field(default=None, gt=0)
+    # What one parameter all-gather moves: 'layer' (one collective for a block's parameters, FSDP's
+    # unit) or 'module' (one per weight matrix, as DeepSpeed's coordinator fetches each submodule's
+    # parameters in its own all_gather_coalesced call); with 'module' the gradients are reduce-scattered
+    # in reduce_bucket_params buckets filled in backward order. Each collective pays its ring's latency.
+    fetch_unit: Literal["layer", "module"] = "layer"
 
 
 class Comm(_Frozen):

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from windtunnel.specs.modules import OFFLOAD_MODULES
+from windtunnel.train.zero3 import layer_weights
 
 WEIGHT_BYTES = 2.0
 GRAD_BYTES = 4.0
@@ -429,9 +430,16 @@ def step_memory(builder, chunks: dict) -> StepMemory:
             # Gathered 16-bit parameters: the running layer and those prefetched, or, when blocks stay
             # unsharded between forward and backward, every block of this rank.
             gathered = sharding.gathered_layers * layer if resharded else max(share.total, sharding.gathered_layers * layer)
+            largest = _largest_weight(model, plan)
+            if sharding.max_live_params is not None and resharded:
+                # Per-submodule fetching under a live-parameter cap (DeepSpeed stage3_max_live_parameters).
+                gathered = min(gathered, max(largest, sharding.max_live_params))
+            unsharded_grads = layer
+            if sharding.reduce_bucket_params is not None:
+                unsharded_grads = min(layer, max(largest, sharding.reduce_bucket_params))
             # The unsharded gradient of the layer being reduce-scattered: 16-bit, plus its copy in
             # the reduction dtype when that differs (FSDP MixedPrecision reduce_dtype=fp32).
-            reducing = layer * (WEIGHT_BYTES + (states.grads if states.grads != WEIGHT_BYTES else 0.0))
+            reducing = unsharded_grads * (WEIGHT_BYTES + (states.grads if states.grads != WEIGHT_BYTES else 0.0))
             zero3 = gathered * WEIGHT_BYTES + sharding.reducing_layers * reducing
             if plan.pp > 1 and not sharding.reduce_with_pp and builder.micro_batches > 1:
                 # Unsharded gradients of every block of the rank, accumulated over the micro-batches.
@@ -445,3 +453,8 @@ def step_memory(builder, chunks: dict) -> StepMemory:
             worst = StepMemory(rank, memory, 0.0)
     worst.host_bytes = host_bytes
     return worst
+
+
+def _largest_weight(model, plan) -> float:
+    """Parameters of a layer's largest single dense weight on one device (the unit DeepSpeed ZeRO-3 gathers whole)."""
+    return max(layer_weights(model, plan.tp, moe=False))

@@ -51,6 +51,7 @@ from windtunnel.train.pipeline_play import PipelinePlay
 from windtunnel.train.placement import Placement, place_plan
 from windtunnel.train.result import TrainingResult
 from windtunnel.train.steady import play_step
+from windtunnel.train.zero3 import zero3_layer_times
 
 GIB = float(2**30)
 
@@ -224,11 +225,7 @@ class _StepBuilder(PipelinePlay):
         """(forward, backward) seconds of ZeRO-3 gathers/reduce-scatters for one layer and micro-batch."""
         if self.plan.zero < 3:
             return 0.0, 0.0
-        dense, expert = self.layer_params(kind)
-        gather = self._dp_collective("all_gather", dense, expert, WEIGHT_BYTES)
-        # Gradients are reduce-scattered in the main-gradient dtype (FSDP's reduce_dtype).
-        reduce = self._dp_collective("reduce_scatter", dense, expert, self.states.grads)
-        return gather, gather + reduce
+        return zero3_layer_times(self, kind, WEIGHT_BYTES)
 
     def zero2_reduce(self, kind: str) -> float:
         """Seconds to reduce-scatter one layer's gradients after each micro-batch (ZeRO-2/3)."""
@@ -496,3 +493,4 @@ def forward_backward_graphs(model: ModelSpec, shard: Sharding, moe: bool) -> tup
 def plan_for(model: ModelSpec, cluster: Cluster, plan: Plan, seq_len: int, global_batch: int) -> Plan:
     """The validated plan with dp filled in."""
     return validate_plan(plan, model, cluster.devices, seq_len, global_batch)
+

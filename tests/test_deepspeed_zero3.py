@@ -1,0 +1,115 @@
+"""DeepSpeed ZeRO-3 (stack data, train/memory.py, train/step.py): per-submodule fetching under a live-parameter
+cap (stage3_max_live_parameters) and gradient reduction from a bucket (reduce_bucket_size), never below the
+largest single weight; one collective per weight matrix and per reduce bucket, each paying its ring latency;
+and the DeepSpeed-on-Azure rows (X60-X74) that exercise it. Bytes; 16-bit = 2 bytes; seconds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import small_dense
+from windtunnel.specs.hardware import load_hardware
+from windtunnel.specs.plan import parse_plan
+from windtunnel.specs.stack import load_stack
+from windtunnel.train.step import TrainingJob, _StepBuilder, simulate
+from windtunnel.train.zero3 import layer_weights, reduce_buckets
+from windtunnel.validation.training import build_job, read_rows
+
+EXTRA = Path(__file__).resolve().parents[1] / "validation" / "extra_training_runs.csv"
+
+
+def _job(framework) -> TrainingJob:
+    return TrainingJob(model=small_dense(), cluster=load_hardware("h100-sxm", 8),
+                       plan=parse_plan("tp=1,pp=1,dp=8,mbs=1,recompute=full,zero=3"),
+                       seq_len=2048, global_batch=8, framework=framework)
+
+
+def _sharding(**fields):
+    stack = load_stack("deepspeed")
+    return stack.model_copy(update={"sharding": stack.sharding.model_copy(update=fields)})
+
+
+def _largest_weight() -> float:
+    return max(layer_weights(small_dense(), 1, moe=False))
+
+
+def _layer() -> float:
+    m = small_dense()
+    return m.attention_params() + 2 * m.hidden + m.mlp_params(m.ffn_hidden)
+
+
+def test_live_cap_floors_at_the_largest_weight():
+    """A cap below any single weight still gathers the running module whole: two whole layers become one weight."""
+    whole = simulate(_job(_sharding(max_live_params=None, reduce_bucket_params=None))).memory_breakdown["buffers"]
+    capped = simulate(_job(_sharding(max_live_params=1.0, reduce_bucket_params=None))).memory_breakdown["buffers"]
+    assert whole - capped == pytest.approx((2 * _layer() - _largest_weight()) * 2.0, rel=1e-9)
+
+
+def test_live_cap_above_the_working_set_changes_nothing():
+    whole = simulate(_job(_sharding(max_live_params=None, reduce_bucket_params=None))).memory_breakdown["buffers"]
+    roomy = simulate(_job(_sharding(max_live_params=1e15, reduce_bucket_params=1e15))).memory_breakdown["buffers"]
+    assert roomy == pytest.approx(whole, rel=1e-12)
+
+
+def test_reduce_bucket_bounds_the_unsharded_gradients():
+    """Gradients reduced from a bucket smaller than a layer hold the bucket (never below the largest weight),
+    in 16 bits plus the reduction dtype's copy when that differs."""
+    grads = load_stack("deepspeed").comm.grad_reduce
+    copy = 0.0 if grads == "bf16" else 4.0
+    layer = simulate(_job(_sharding(max_live_params=None, reduce_bucket_params=None))).memory_breakdown["buffers"]
+    bucket = simulate(_job(_sharding(max_live_params=None, reduce_bucket_params=1.0))).memory_breakdown["buffers"]
+    assert layer - bucket == pytest.approx((_layer() - _largest_weight()) * (2.0 + copy), rel=1e-9)
+
+
+def test_megatron_deepspeed_inherits_deepspeed_sharding():
+    md, ds = load_stack("megatron-deepspeed"), load_stack("deepspeed")
+    assert md.zero == 3 and md.sharding == ds.sharding
+    assert md.kernels.attention == "unfused" and md.calibration_family == "megatron"
+
+
+@pytest.mark.parametrize("row_id", ["X61", "X62", "X68"])
+def test_azure_zero3_rows_fit_in_memory(row_id):
+    """The 530B and 1T runs ran on 80 GB A100s; with whole-layer gathers the model put them over memory."""
+    row = next(r for r in read_rows(EXTRA) if r["id"] == row_id)
+    job, _, error = build_job(row)
+    assert error is None
+    assert simulate(job).feasible
+
+
+def test_layer_weights_cover_the_layer():
+    """QKV, output projection, MLP in and out: together the layer's attention and MLP weights (GQA split by heads)."""
+    m = small_dense()
+    qkv, out, up, down = layer_weights(m, 1, moe=False)
+    assert out == m.heads * m.head_dim * m.hidden
+    assert qkv + out == m.attention_params()
+    assert up + down == m.mlp_params(m.ffn_hidden)
+    assert [w / 2 for w in layer_weights(m, 1, moe=False)] == layer_weights(m, 2, moe=False)
+
+
+@pytest.mark.parametrize(("grads", "bucket", "expected"), [
+    ([3.0, 3.0, 1.0, 1.0], 4.0, [3.0, 4.0, 1.0]),     # 3 + 3 > 4 flushes; 3 + 1 = 4 fits; 4 + 1 > 4 flushes
+    ([5.0, 1.0], 4.0, [5.0, 1.0]),                    # a gradient larger than the bucket goes alone
+    ([1.0, 1.0, 1.0], 10.0, [3.0]),
+    ([2.0, 2.0], None, [4.0]),
+])
+def test_reduce_buckets_fill_like_deepspeed(grads, bucket, expected):
+    assert reduce_buckets(grads, bucket) == expected
+    assert sum(reduce_buckets(grads, bucket)) == sum(grads)
+
+
+def _zero3_times(fetch_unit: str, devices: int = 64):
+    stack = _sharding(fetch_unit=fetch_unit)
+    job = TrainingJob(model=small_dense(), cluster=load_hardware("a100-80g", devices),
+                      plan=parse_plan(f"tp=1,pp=1,dp={devices},mbs=1,recompute=full,zero=3"),
+                      seq_len=2048, global_batch=devices, framework=stack)
+    return _StepBuilder(job).zero3_times("dense")
+
+
+def test_module_fetch_pays_one_ring_latency_per_weight():
+    """Same bytes in four all-gathers instead of one: slower by about three rings' latency, more so on more ranks."""
+    small = [m - b for m, b in zip(_zero3_times("module", 16), _zero3_times("layer", 16), strict=True)]
+    large = [m - b for m, b in zip(_zero3_times("module", 512), _zero3_times("layer", 512), strict=True)]
+    assert all(d > 0 for d in small)
+    assert large[0] > 10 * small[0]
