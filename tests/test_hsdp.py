@@ -116,3 +116,13 @@ def test_dp_shard_replicas_must_tile_the_expert_data_parallel_group():
     with pytest.raises(WindtunnelError) as info:
         parse_plan("tp=1,dp_shard=-2")
     assert "dp_shard" in str(info.value)
+
+
+def test_one_copy_of_each_hsdp_shard_writes_the_checkpoint():
+    from windtunnel.job.costs import checkpoint_cost
+
+    kw = dict(devices=64, dp=64, zero=3, moments="fp32", storage_bandwidth_bytes_per_s=1e15, host_link_bytes_per_s=5e10)
+    full = checkpoint_cost(8_000_000_000, **kw)
+    hybrid = checkpoint_cost(8_000_000_000, replicas=parse_plan("dp=64,zero=3,dp_shard=8").dp_replicas, **kw)
+    assert full.writer_ranks == 64 and hybrid.writer_ranks == 8
+    assert hybrid.async_stall_s == pytest.approx(8 * full.async_stall_s) and hybrid.total_bytes == full.total_bytes

@@ -227,6 +227,12 @@ class Plan(BaseModel):
         return "interleaved" if self.vpp > 1 else "1f1b"
 
     @property
+    def dp_replicas(self) -> int:
+        """HSDP: how many copies of each sharding group's states there are (dp/dp_shard; 1 without dp_shard
+        or before ``dp`` is filled in)."""
+        return self.dp // self.dp_shard if self.dp_shard and self.dp else 1
+
+    @property
     def sequence_parallel(self) -> bool:
         """Sequence parallelism only means something with TP > 1."""
         return self.sp and self.tp > 1

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from windtunnel.cost.collectives import GroupPlacement, place_group
+from windtunnel.cost.collectives import GroupPlacement, collective_time, place_group
+from windtunnel.cost.efficiency import Efficiency
 from windtunnel.specs.hardware import Cluster
 from windtunnel.specs.plan import Plan
 
@@ -80,7 +81,7 @@ def place_plan(plan: Plan, cluster: Cluster) -> Placement:
     tp, cp, dp, ep, etp = plan.tp, plan.cp, plan.dp, plan.ep, plan.etp
     expert_dp = max(1, tp * cp * dp // (ep * etp))
     # HSDP: dp/dp_shard replicas of each sharding group (validate_plan checked that they tile dp and expert-dp).
-    replicas = dp // plan.dp_shard if plan.dp_shard else 1
+    replicas = plan.dp_replicas
     stride = strides(plan)
     # Expert layers regroup the stage's TP x CP x DP ranks: EP is innermost unless TP is not.
     ep_stride = etp if stride["tp"] == 1 else stride["tp"]
@@ -101,3 +102,20 @@ def place_plan(plan: Plan, cluster: Cluster) -> Placement:
         expert_dp_replica=place_group("expert_dp_replica", replicas,
                                       ep_stride * ep * (expert_dp // replicas), cluster),
     )
+
+
+def dp_collective_time(kind: str, dense_bytes: float, expert_bytes: float, placement: Placement, cluster: Cluster,
+                       eff: Efficiency) -> float:
+    """Seconds for one collective over the parameters' data-parallel sharding groups, the buffers being the
+    full (unsharded) ``dense_bytes`` and ``expert_bytes`` of one device. A reduce-scatter also pays the HSDP
+    replicas' all-reduce of the shards; an all-gather stays inside the sharding group (every replica holds
+    the same shards)."""
+    time = (collective_time(kind, dense_bytes, placement.dp, cluster, eff)
+            + collective_time(kind, expert_bytes, placement.expert_dp, cluster, eff))
+    if kind == "reduce_scatter":
+        # HSDP: each rank's reduced shard (1/size of the buffer) is then all-reduced across the replicas
+        # of its sharding group, on the same stream (FSDP HYBRID_SHARD); nothing without hybrid sharding.
+        time += (collective_time("all_reduce", dense_bytes / placement.dp.size, placement.dp_replica, cluster, eff)
+                 + collective_time("all_reduce", expert_bytes / placement.expert_dp.size, placement.expert_dp_replica,
+                                   cluster, eff))
+    return time

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from windtunnel.cost.collectives import collective_time
 from windtunnel.cost.efficiency import efficiency_for
 from windtunnel.graph.dag import DagModel
 from windtunnel.graph.ops import OpGraph, backward_of
@@ -48,7 +47,7 @@ from windtunnel.train.layers import (
 )
 from windtunnel.train.memory import WEIGHT_BYTES, StateBytes, layer_saved_bytes, step_memory
 from windtunnel.train.pipeline_play import PipelinePlay
-from windtunnel.train.placement import Placement, place_plan
+from windtunnel.train.placement import Placement, dp_collective_time, place_plan
 from windtunnel.train.result import TrainingResult
 from windtunnel.train.steady import play_step
 
@@ -238,21 +237,10 @@ class _StepBuilder(PipelinePlay):
         return self._dp_collective("reduce_scatter", dense, expert, ACT_BYTES)
 
     def _dp_collective(self, kind: str, dense: float, expert: float, bytes_per_param: float) -> float:
-        """Seconds for one collective over the parameters' data-parallel sharding groups; the buffer is the
-        full (unsharded) set of this device's ``dense`` and ``expert`` parameters. A reduce-scatter also
-        pays the HSDP replicas' all-reduce of the shards; an all-gather stays inside the sharding group
-        (every replica holds the same shards)."""
-        cluster, eff, place = self.job.cluster, self.eff, self.placement
-        time = (collective_time(kind, dense * bytes_per_param, place.dp, cluster, eff)
-                + collective_time(kind, expert * bytes_per_param, place.expert_dp, cluster, eff))
-        if kind == "reduce_scatter":
-            # HSDP: each rank's reduced shard (1/size of the buffer) is then all-reduced across the
-            # replicas of its sharding group, on the same stream (FSDP HYBRID_SHARD); nothing without it.
-            time += (collective_time("all_reduce", dense * bytes_per_param / place.dp.size, place.dp_replica,
-                                     cluster, eff)
-                     + collective_time("all_reduce", expert * bytes_per_param / place.expert_dp.size,
-                                       place.expert_dp_replica, cluster, eff))
-        return time
+        """Seconds for one data-parallel collective of this device's ``dense`` and ``expert`` parameters (the
+        full, unsharded buffers) at ``bytes_per_param`` (:func:`windtunnel.train.placement.dp_collective_time`)."""
+        return dp_collective_time(kind, dense * bytes_per_param, expert * bytes_per_param, self.placement,
+                                  self.job.cluster, self.eff)
 
     def phase_graphs(self, kind: str, phase: str) -> list[OpGraph]:
         """The graphs one layer kind plays in a phase: fwd, bwd-<recompute mode>, or the zero-bubble halves of
