@@ -76,7 +76,8 @@ def _play(pp: int, micro_batches: int, f: float, b: float, w: float, fb: float, 
     plan = SimpleNamespace(pp=pp, vpp=1, ep_overlap=False, mbs=1, cp=1, sequence_parallel=False, tp=1, zero=0)
     builder = SimpleNamespace(
         plan=plan, schedule="dualpipe", job=SimpleNamespace(cluster=None, seq_len=1, model=SimpleNamespace(hidden=1)),
-        placement=SimpleNamespace(pp_tier=None, dp=SimpleNamespace(size=1), expert_dp=SimpleNamespace(size=1)),
+        placement=SimpleNamespace(pp_tier=None, dp=SimpleNamespace(size=1), expert_dp=SimpleNamespace(size=1),
+                                  dp_active=False),
         eff=SimpleNamespace(optimizer_bytes_per_param=0.0, memory_bandwidth=1.0, kernel_overhead_s=0.0),
         dp_bucket_time=lambda dense, expert: 0.0, param_gather_time=lambda dense, expert: 0.0,
         fused=lambda *args: Played(fb, {"compute": fb}), states=SimpleNamespace(optimizer_traffic=lambda x: 0.0),

@@ -24,6 +24,7 @@ PLAN_KEYS = {
     "recompute_modules": "with selective, modules re-run, '+'-separated (" + ", ".join(RECOMPUTE_MODULES) + ")",
     "sp": "sequence parallelism with tp > 1 (bare flag 'sp' = true)",
     "zero": "ZeRO / distributed-optimizer stage 0-3 (optimizer, + gradients, + weights sharded over dp)",
+    "dp_shard": "hybrid sharding (HSDP): dp ranks per ZeRO/FSDP sharding group, replicated dp/dp_shard times (0: all dp)",
     "tp_overlap": "overlap TP communication with GEMMs (chunked, needs sp)",
     "ep_overlap": "overlap the EP all-to-alls of one micro-batch with another's compute",
     "schedule": "pipeline schedule (default: interleaved when vpp > 1, else 1f1b)",

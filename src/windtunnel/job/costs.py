@@ -3,7 +3,8 @@
 Checkpoint (per phase, from the plan): the full training state is the model's parameters times
 (2 bytes of bf16 weights + 4 bytes of fp32 master weights + 2 Adam moments of 4 bytes, or 2 with
 ``moments=bf16``). Who writes it depends on the ZeRO stage: with ZeRO >= 1 (distributed optimizer) every
-rank holds a distinct shard and writes it (Megatron's distributed checkpoint, fully parallel save); with
+rank holds a distinct shard and writes it (Megatron's distributed checkpoint, fully parallel save), or with
+hybrid sharding (dp_shard) one of the dp/dp_shard ranks holding each shard (the others are copies); with
 ZeRO 0 the state is replicated over data parallelism and one replica (``devices / dp`` ranks) writes. The
 write takes the longer of (total bytes / storage bandwidth) and (per-rank shard / device-to-host link):
 the shared file system and each device's copy out. An asynchronous checkpoint stalls training only for
@@ -42,22 +43,24 @@ class CheckpointCost:
 
 
 def checkpoint_cost(params: int, *, devices: int, dp: int, zero: int, moments: str,
-                    storage_bandwidth_bytes_per_s: float, host_link_bytes_per_s: float | None) -> CheckpointCost:
-    """Checkpoint size (bytes) and write time (s) of a plan (see the module docstring for the rule)."""
+                    storage_bandwidth_bytes_per_s: float, host_link_bytes_per_s: float | None,
+                    replicas: int = 1) -> CheckpointCost:
+    """Checkpoint size (bytes) and write time (s) of a plan (see the module docstring for the rule);
+    ``replicas``: HSDP copies of each shard (Plan.dp_replicas), of which one writes."""
     if not storage_bandwidth_bytes_per_s > 0:
         raise WindtunnelError(f"Field 'storage-bandwidth' must be > 0 bytes/s, got {storage_bandwidth_bytes_per_s}.",
                               field="storage-bandwidth")
     moment_bytes = 2.0 if moments == "bf16" else 4.0
     per_param = 2.0 + 4.0 + 2.0 * moment_bytes
     total = float(params) * per_param
-    writers = devices if zero >= 1 else max(1, devices // max(dp, 1))
+    writers = max(1, devices // max(replicas, 1)) if zero >= 1 else max(1, devices // max(dp, 1))
     shard = total / writers
     link = host_link_bytes_per_s or storage_bandwidth_bytes_per_s
     write_s = max(total / storage_bandwidth_bytes_per_s, shard / link)
     stall = shard / link
     rule = (f"checkpoint {per_param:g} bytes/parameter (bf16 weights 2 + fp32 master 4 + 2 Adam moments "
             f"x {moment_bytes:g}) = {total / 1e12:.3g} TB, written by {writers} ranks "
-            f"({'ZeRO >= 1: every rank its shard' if zero >= 1 else 'ZeRO 0: one data-parallel replica'}); "
+            f"({('ZeRO >= 1: every rank its shard' if replicas <= 1 else f'ZeRO >= 1 over HSDP groups: one of {replicas} copies of each shard') if zero >= 1 else 'ZeRO 0: one data-parallel replica'}); "
             f"write {write_s:.3g} s = max(total / storage {storage_bandwidth_bytes_per_s / 1e12:.3g} TB/s, "
             f"shard / device-to-host {link / 1e9:.3g} GB/s)")
     return CheckpointCost(total, writers, shard, write_s, stall, rule)

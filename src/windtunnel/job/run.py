@@ -197,7 +197,7 @@ def rehearse_phase(inp: JobInputs, phase: Phase, *, keep_timeline: bool = True) 
     spec, _ = resolve_model(inp.model)
     plan = parse_plan(train.plan)
     chip = load_hardware(inp.hardware, inp.devices).chip
-    ckpt = checkpoint_cost(spec.total_params(), devices=inp.devices, dp=plan.dp, zero=plan.zero,
+    ckpt = checkpoint_cost(spec.total_params(), devices=inp.devices, dp=plan.dp, zero=plan.zero, replicas=plan.dp_replicas,
                            moments=plan.moments,
                            storage_bandwidth_bytes_per_s=inp.storage_bandwidth_bytes_per_s or DEFAULT_STORAGE_BANDWIDTH,
                            host_link_bytes_per_s=chip.host_link_bandwidth)

@@ -24,7 +24,7 @@ def rank_with_faults(document: dict, inp: JobInputs, *, horizon_s: float = 30 * 
     rows = document["plans"]
     for row in rows:
         plan = parse_plan(row["plan"])
-        ckpt = checkpoint_cost(spec.total_params(), devices=inp.devices, dp=plan.dp, zero=plan.zero, moments=plan.moments,
+        ckpt = checkpoint_cost(spec.total_params(), devices=inp.devices, dp=plan.dp, zero=plan.zero, replicas=plan.dp_replicas, moments=plan.moments,
                                storage_bandwidth_bytes_per_s=inp.storage_bandwidth_bytes_per_s or DEFAULT_STORAGE_BANDWIDTH,
                                host_link_bytes_per_s=chip.host_link_bandwidth)
         sc, rule = _scenario_for(inp, SimpleNamespace(step_time_s=row["step_time_s"]), plan, ckpt, horizon_s)

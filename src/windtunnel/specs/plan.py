@@ -10,6 +10,7 @@ from windtunnel.specs.errors import WindtunnelError, did_you_mean
 from windtunnel.specs.layout import BALANCED, stage_modules
 from windtunnel.specs.model import ModelSpec
 from windtunnel.specs.modules import OFFLOAD_MODULES, RECOMPUTE_MODULES
+from windtunnel.specs.plan_checks import check_dp_shard, check_offload, divisors
 
 Recompute = Literal["none", "selective", "full"]
 Schedule = Literal["1f1b", "interleaved", "dualpipe"]
@@ -42,6 +43,12 @@ class Plan(BaseModel):
     recompute_modules: str = ""
     sp: bool = True
     zero: int = Field(default=1, ge=0, le=3)
+    # Hybrid sharded data parallelism: the data-parallel ranks of one sharding group (0: all dp ranks).
+    # ZeRO/FSDP shards the states over dp_shard x cp ranks and replicates across the dp/dp_shard groups,
+    # whose gradient shards are all-reduced after each reduce-scatter (PyTorch FSDP HYBRID_SHARD, FSDP2
+    # fully_shard on a 2-D mesh, torchtitan data_parallel_shard_degree, MaxText ici_fsdp x dcn_fsdp,
+    # Megatron's --num-distributed-optimizer-instances = dp/dp_shard, DeepSpeed MiCS / ZeRO++ hpZ).
+    dp_shard: int = Field(default=0, ge=0)
     tp_overlap: bool = False
     # Megatron's EP all-to-all overlap (--overlap-moe-expert-parallel-comm): in the steady state each
     # forward runs together with the backward of an earlier micro-batch, so that one's dispatch and
@@ -132,6 +139,7 @@ class Plan(BaseModel):
             f"tp={self.tp}", f"pp={self.pp}", f"dp={self.dp}", f"cp={self.cp}", f"ep={self.ep}",
             f"vpp={self.vpp}", f"mbs={self.mbs}", f"recompute={self.recompute}",
             f"sp={'true' if self.sp else 'false'}", f"zero={self.zero}",
+            *([f"dp_shard={self.dp_shard}"] if self.dp_shard else []),
             f"tp_overlap={'true' if self.tp_overlap else 'false'}",
             f"schedule={self.pipeline_schedule}", f"precision={self.precision}",
         ]
@@ -190,6 +198,8 @@ class Plan(BaseModel):
         if self.tp_overlap and self.sequence_parallel:
             parts.append("tp_overlap")
         parts.append(f"zero={self.zero}")
+        if self.dp_shard:
+            parts.append(f"dp_shard={self.dp_shard}")
         if self.pipeline_schedule == "dualpipe":
             parts.append("dualpipe")
         if self.ep_overlap:
@@ -217,6 +227,12 @@ class Plan(BaseModel):
         return "interleaved" if self.vpp > 1 else "1f1b"
 
     @property
+    def dp_replicas(self) -> int:
+        """HSDP: how many copies of each sharding group's states there are (dp/dp_shard; 1 without dp_shard
+        or before ``dp`` is filled in)."""
+        return self.dp // self.dp_shard if self.dp_shard and self.dp else 1
+
+    @property
     def sequence_parallel(self) -> bool:
         """Sequence parallelism only means something with TP > 1."""
         return self.sp and self.tp > 1
@@ -239,7 +255,8 @@ _ALIASES = {
     "cp_comm_type": "cp_algo", "context_parallel_algo": "cp_algo", "context-parallel-algo": "cp_algo", "cp-algo": "cp_algo",
     "cpu_offloading_num_layers": "offload_layers", "offload": "offload_layers", "offload-layers": "offload_layers",
     "mtp_num_layers": "mtp", "mtp_layers": "mtp", "mtp-num-layers": "mtp",
-    "pipeline_model_parallel_layout": "layout", "pp_layout": "layout", "pipeline-model-parallel-layout": "layout",
+    "hsdp": "dp_shard", "data_parallel_shard_degree": "dp_shard", "dp-shard": "dp_shard", "fsdp_shard": "dp_shard",
+    "shard_group": "dp_shard", "pipeline_model_parallel_layout": "layout", "pp_layout": "layout", "pipeline-model-parallel-layout": "layout",
 }
 _BOOLS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False, "on": True, "off": False}
 _SET_FLAGS = ("reuse_fp32_param", "swap_optimizer", "act_fp8_store")  # off by default: printed when on
@@ -304,10 +321,6 @@ def parse_plan(text: str | dict | Plan) -> Plan:
     return build(Plan, data, "Plan")
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
 def validate_plan(plan: Plan, model: ModelSpec | None, devices: int, seq_len: int, global_batch: int,
                   *, layers: int | None = None) -> Plan:
     """Check a plan against model, device count and batch; return it with ``dp`` filled in.
@@ -336,6 +349,7 @@ def validate_plan(plan: Plan, model: ModelSpec | None, devices: int, seq_len: in
     if plan.dp and plan.dp != dp:
         fail("dp", f"Plan field 'dp' is {plan.dp} but devices / (tp*pp*cp) = {devices}/{model_parallel} = {dp}; "
              f"leave dp out or set dp={dp}.")
+    check_dp_shard(plan, dp)
     layers = model.layers if model is not None else (layers or 1)
     if model is not None:
         _check_shape(plan, model, dp)
@@ -347,7 +361,7 @@ def validate_plan(plan: Plan, model: ModelSpec | None, devices: int, seq_len: in
         experts = model.moe.experts if model is not None and model.moe else stage
         fail("ep", f"Plan field 'ep' is {plan.ep}, which does not divide tp*cp*dp = {stage} (expert layers regroup "
              f"a pipeline stage's ranks, Megatron's parallel folding); valid ep values: "
-             f"{', '.join(str(d) for d in _divisors(stage) if experts % d == 0)}.")
+             f"{', '.join(str(d) for d in divisors(stage) if experts % d == 0)}.")
     if plan.ep > dp * plan.cp and plan.tp > 1 and not plan.sp:
         fail("sp", f"Plan field 'ep' is {plan.ep}, larger than dp*cp = {dp * plan.cp}, so expert groups span "
              "tensor-parallel ranks; each of them must route its own share of the tokens, which needs sequence "
@@ -363,7 +377,7 @@ def validate_plan(plan: Plan, model: ModelSpec | None, devices: int, seq_len: in
              f"use pp*vpp <= {layers}.")
     if plan.vpp > 1 and plan.pp == 1:
         fail("vpp", f"Plan field 'vpp' is {plan.vpp} but pp is 1; interleaving needs pp > 1 (set vpp=1).")
-    return _check_batch(_check_offload(plan, layers), devices, seq_len, global_batch, dp)
+    return _check_batch(check_offload(plan, layers), devices, seq_len, global_batch, dp)
 
 
 def _check_layout(plan: Plan, model: ModelSpec | None) -> None:
@@ -386,7 +400,7 @@ def _check_shape(plan: Plan, model: ModelSpec, dp: int) -> None:
 
     if model.heads % plan.tp:
         fail("tp", f"Plan field 'tp' is {plan.tp}, which does not divide the model's {model.heads} attention heads; "
-             f"valid tp values: {', '.join(map(str, _divisors(model.heads)))}.")
+             f"valid tp values: {', '.join(map(str, divisors(model.heads)))}.")
     if model.mla is None and model.kv_heads % plan.tp and plan.tp % model.kv_heads:
         fail("tp", f"Plan field 'tp' is {plan.tp}, which neither divides nor is a multiple of the model's "
              f"{model.kv_heads} KV heads.")
@@ -407,7 +421,7 @@ def _check_shape(plan: Plan, model: ModelSpec, dp: int) -> None:
         if model.moe.experts % plan.ep:
             fail("ep", f"Plan field 'ep' is {plan.ep}, which does not divide the model's {model.moe.experts} experts; "
                  f"valid ep values: "
-                 f"{', '.join(str(d) for d in _divisors(model.moe.experts) if (plan.tp * plan.cp * dp) % d == 0)}.")
+                 f"{', '.join(str(d) for d in divisors(model.moe.experts) if (plan.tp * plan.cp * dp) % d == 0)}.")
 
 
 def _check_batch(plan: Plan, devices: int, seq_len: int, global_batch: int, dp: int) -> Plan:
@@ -472,27 +486,3 @@ def _check_batch(plan: Plan, devices: int, seq_len: int, global_batch: int, dp: 
     if plan.recompute_layers > 0 and plan.recompute != "full":
         fail("recompute_layers", "recompute_layers applies to recompute=full only.")
     return plan.model_copy(update={"dp": dp})
-
-
-def _check_offload(plan: Plan, layers: int) -> Plan:
-    """Megatron's rules for activation offloading; an unstated recompute mode becomes none."""
-    if not plan.offload_layers:
-        return plan
-
-    def fail(field: str, message: str) -> None:
-        raise WindtunnelError(message, field=field)
-
-    if plan.offload_layers >= layers:
-        fail("offload_layers", f"Plan field 'offload_layers' is {plan.offload_layers}; the model has {layers} layers "
-             f"and the last one is never offloaded: valid values are 0 to {layers - 1}.")
-    if plan.pp > 1:
-        fail("offload_layers", f"Plan field 'offload_layers' needs pp=1 (Megatron offloads activations without "
-             f"pipeline parallelism), got pp={plan.pp}.")
-    if plan.cuda_graphs != "none":
-        fail("offload_layers", f"Plan field 'offload_layers' needs cuda_graphs=none, got {plan.cuda_graphs}.")
-    if "recompute" not in plan.model_fields_set:
-        plan = plan.model_copy(update={"recompute": "none"})
-    if plan.recompute != "none":
-        fail("offload_layers", f"Plan field 'offload_layers' cannot be combined with recompute={plan.recompute} "
-             "(Megatron: CPU offloading does not work with activation recomputation); use recompute=none.")
-    return plan

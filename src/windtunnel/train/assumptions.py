@@ -45,8 +45,10 @@ def step_assumptions(job: Any, builder: Any) -> list[str]:
             f"layers split as evenly as possible over {plan.pp * plan.vpp} chunks, embedding on the first, loss on "
             "the last")),
         *_dualpipe_order(builder),
-        f"main gradients in {plan.grads} (also the DP reduction); ZeRO stage {plan.zero}; Adam with fp32 master "
-        f"weights and {plan.moments} moments",
+        f"main gradients in {plan.grads} (also the DP reduction); ZeRO stage {plan.zero}"
+        + (f", sharded over groups of {plan.dp_shard} dp ranks replicated {plan.dp // plan.dp_shard} times (HSDP: "
+           "gradient shards all-reduced across the replicas after each reduce-scatter)" if plan.dp_shard else "")
+        + f"; Adam with fp32 master weights and {plan.moments} moments",
         f"memory: 16-bit weights, {builder.states.grads:.0f}-byte main gradients, {builder.states.optimizer:.0f} "
         "bytes/param optimizer state; 2 GiB framework reserve; 5% allocator fragmentation on activations",
         "efficiencies from catalog/efficiency.yaml merged with catalog/calibration.yaml",

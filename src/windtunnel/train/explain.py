@@ -53,12 +53,10 @@ def tier_of_kind(job: TrainingJob, result: TrainingResult) -> dict[str, str]:
     plan = parse_plan(result.plan)
     placement = place_plan(plan, job.cluster)
     names = [tier.name for tier in job.cluster.tiers]
-    dp_tier = placement.dp.outermost_tier
-    if placement.expert_dp.size > 1:
-        dp_tier = max(dp_tier, placement.expert_dp.outermost_tier)
+    dp_tier = placement.dp_outermost_tier  # sharding and HSDP replica groups, dense and expert
     tiers = {"tp": (placement.tp.size, placement.tp.outermost_tier), "cp": (placement.cp.size, placement.cp.outermost_tier),
              "ep": (placement.ep.size, placement.ep.outermost_tier),
-             "dp": (max(placement.dp.size, placement.expert_dp.size), dp_tier), "pp": (plan.pp, placement.pp_tier)}
+             "dp": (max(placement.dp.size, placement.expert_dp.size, placement.dp_replica.size), dp_tier), "pp": (plan.pp, placement.pp_tier)}
     return {kind: names[tier] for kind, (size, tier) in tiers.items() if size > 1}
 
 

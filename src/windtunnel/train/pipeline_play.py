@@ -50,7 +50,7 @@ class PipelinePlay:
             return position % plan.pp, position // plan.pp
 
         gathers: dict[tuple[int, int], list[int]] = {}
-        if plan.zero in (1, 2) and (self.placement.dp.size > 1 or self.placement.expert_dp.size > 1):
+        if plan.zero in (1, 2) and self.placement.dp_active:
             # The previous step's parameter all-gather overlaps this step's first forward pass,
             # bucket by bucket: each layer waits only for its own parameters.
             for key, chunk in sorted(chunks.items()):
@@ -191,7 +191,7 @@ class PipelinePlay:
         chunk = chunks[(rank, block.chunk)]
         flops[rank] += chunk.backward.flops
         is_last = last_backward.get((rank, block.chunk)) == index
-        needs_sync = plan.zero <= 1 and (self.placement.dp.size > 1 or self.placement.expert_dp.size > 1)
+        needs_sync = plan.zero <= 1 and self.placement.dp_active
         if is_last and needs_sync:
             # The last micro-batch's backward is played layer by layer so that each layer's
             # gradient bucket starts reducing while earlier layers still compute.

@@ -78,7 +78,7 @@ def play_compiled(builder: Any, chunks: dict, micro_batches: int) -> StepPlay:
     pp_tail = [0.0] * pp
     dp_tail = [0.0] * pp
     sync_ends: list[float] = []
-    dp_active = builder.placement.dp.size > 1 or builder.placement.expert_dp.size > 1
+    dp_active = builder.placement.dp_active
     collective: dict[tuple[str, float, float], float] = {}
 
     def dp_time(kind: str, dense: float, expert: float) -> float:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from windtunnel.cost.collectives import collective_time
 from windtunnel.cost.efficiency import efficiency_for
 from windtunnel.graph.dag import DagModel
 from windtunnel.graph.ops import OpGraph, backward_of
@@ -48,7 +47,7 @@ from windtunnel.train.layers import (
 )
 from windtunnel.train.memory import WEIGHT_BYTES, StateBytes, layer_saved_bytes, step_memory
 from windtunnel.train.pipeline_play import PipelinePlay
-from windtunnel.train.placement import Placement, place_plan
+from windtunnel.train.placement import Placement, dp_collective_time, place_plan
 from windtunnel.train.result import TrainingResult
 from windtunnel.train.steady import play_step
 from windtunnel.train.zero3 import zero3_layer_times
@@ -235,11 +234,10 @@ class _StepBuilder(PipelinePlay):
         return self._dp_collective("reduce_scatter", dense, expert, ACT_BYTES)
 
     def _dp_collective(self, kind: str, dense: float, expert: float, bytes_per_param: float) -> float:
-        """Seconds for one collective over the parameters' data-parallel groups; the buffer is the
-        full (unsharded) set of this device's ``dense`` and ``expert`` parameters."""
-        cluster, eff = self.job.cluster, self.eff
-        return (collective_time(kind, dense * bytes_per_param, self.placement.dp, cluster, eff)
-                + collective_time(kind, expert * bytes_per_param, self.placement.expert_dp, cluster, eff))
+        """Seconds for one data-parallel collective of this device's ``dense`` and ``expert`` parameters (the
+        full, unsharded buffers) at ``bytes_per_param`` (:func:`windtunnel.train.placement.dp_collective_time`)."""
+        return dp_collective_time(kind, dense * bytes_per_param, expert * bytes_per_param, self.placement,
+                                  self.job.cluster, self.eff)
 
     def phase_graphs(self, kind: str, phase: str) -> list[OpGraph]:
         """The graphs one layer kind plays in a phase: fwd, bwd-<recompute mode>, or the zero-bubble halves of

@@ -1,0 +1,66 @@
+"""Plan checks that need no model shape: hybrid sharding groups and activation offloading.
+
+Kept apart from :mod:`windtunnel.specs.plan` (which calls them from ``validate_plan``); each failure
+names the field, its value and what would be valid.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from windtunnel.specs.errors import WindtunnelError
+
+if TYPE_CHECKING:
+    from windtunnel.specs.plan import Plan
+
+
+def divisors(n: int) -> list[int]:
+    """The positive divisors of ``n``, ascending (for the valid values an error lists)."""
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def check_dp_shard(plan: Plan, dp: int) -> None:
+    """Hybrid sharding: the sharding group must tile the dp ranks, and the expert ranks the same way."""
+    if not plan.dp_shard:
+        return
+
+    def fail(message: str) -> None:
+        raise WindtunnelError(message, field="dp_shard")
+
+    if dp % plan.dp_shard:
+        fail(f"Plan field 'dp_shard' is {plan.dp_shard}, which does not divide dp = {dp}: the sharding groups "
+             f"(dp_shard ranks each) tile the data-parallel ranks; valid dp_shard values: "
+             f"{', '.join(map(str, divisors(dp)))} (or leave it out to shard over all {dp}).")
+    if plan.zero == 0:
+        fail(f"Plan field 'dp_shard' is {plan.dp_shard}, but zero is 0: nothing is sharded, so there is no "
+             "sharding group; use zero=1, 2 or 3 with dp_shard, or leave dp_shard out.")
+    replicas = dp // plan.dp_shard
+    expert_dp = plan.tp * plan.cp * dp // (plan.ep * plan.etp)
+    if plan.ep > 1 and expert_dp % replicas:
+        fail(f"Plan field 'dp_shard' is {plan.dp_shard}: its dp/dp_shard = {replicas} replicas must also divide "
+             f"the expert-data-parallel group (tp*cp*dp/(ep*etp) = {expert_dp}), which replicates the same way; "
+             f"choose dp_shard so that {expert_dp} is a multiple of dp/dp_shard, or lower ep.")
+
+
+def check_offload(plan: Plan, layers: int) -> Plan:
+    """Megatron's rules for activation offloading; an unstated recompute mode becomes none."""
+    if not plan.offload_layers:
+        return plan
+
+    def fail(field: str, message: str) -> None:
+        raise WindtunnelError(message, field=field)
+
+    if plan.offload_layers >= layers:
+        fail("offload_layers", f"Plan field 'offload_layers' is {plan.offload_layers}; the model has {layers} layers "
+             f"and the last one is never offloaded: valid values are 0 to {layers - 1}.")
+    if plan.pp > 1:
+        fail("offload_layers", f"Plan field 'offload_layers' needs pp=1 (Megatron offloads activations without "
+             f"pipeline parallelism), got pp={plan.pp}.")
+    if plan.cuda_graphs != "none":
+        fail("offload_layers", f"Plan field 'offload_layers' needs cuda_graphs=none, got {plan.cuda_graphs}.")
+    if "recompute" not in plan.model_fields_set:
+        plan = plan.model_copy(update={"recompute": "none"})
+    if plan.recompute != "none":
+        fail("offload_layers", f"Plan field 'offload_layers' cannot be combined with recompute={plan.recompute} "
+             "(Megatron: CPU offloading does not work with activation recomputation); use recompute=none.")
+    return plan
