@@ -96,3 +96,16 @@ def test_attn_proj_keeps_only_the_layer_input_and_qkv_like_maxtext_save_qkv_proj
     rerun = {op.name for op in recompute_graph(layer, "selective[attn_proj+mlp+layernorm]").ops}
     assert {"core_attention", "out_proj", "attn_residual", "mlp.up_proj", "mlp.down_proj"} <= rerun
     assert "qkv_proj" not in rerun
+
+
+def test_attn_output_drops_only_the_attention_output_like_paxml_save_qkv_out_proj():
+    """attn_output + mlp + layernorm (PaxML SAVE_QKV_OUT_PROJ): core attention re-runs and the output projection
+    no longer keeps its input (the context), but the projection itself does not re-run: its output is saved, as
+    the residual the MLP norm keeps."""
+    layer = layer_forward(load_model("llama3-70b"), Sharding(seq_len=8192), moe=False)
+    saved = {op.name: op.saved_bytes for op in layer.ops}
+    kept = saved_activation_bytes(layer, "selective[attn_output+mlp+layernorm]")
+    assert kept == pytest.approx(saved["attn_norm"] + saved["core_attention"] + saved["mlp_norm"])
+    assert saved_activation_bytes(layer, "selective[core_attn+mlp+layernorm]") - kept == pytest.approx(saved["out_proj"])
+    rerun = {op.name for op in recompute_graph(layer, "selective[attn_output+mlp+layernorm]").ops}
+    assert "core_attention" in rerun and "out_proj" not in rerun

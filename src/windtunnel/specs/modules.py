@@ -4,11 +4,14 @@
 # Megatron-Core's selective recomputation modules (--recompute-modules): core attention, MLA's up
 # projections, the norms, the MoE activation, the whole (dense) MLP and the whole MoE layer (router,
 # dispatch, experts, combine; MindSpeed's --swap-attention with --recompute-num-layers recomputes it too).
-# attn_proj is core attention together with its output projection and residual add, one checkpointed region
-# whose saved input is Q, K and V: neither the attention output nor the residual stream after it is kept (MaxText remat_policy save_qkv_proj, which saves only the
-# query/key/value projections: AI-Hypercomputer/maxtext src/MaxText/layers/decoders.py at 6c01933,
-# get_remat_policy: save_only_these_names('query_proj', 'value_proj', 'key_proj', 'qkv_proj')).
-RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "moe_act", "mlp", "moe", "attn_proj")
+# JAX remat policies that save named projections (MaxText decoders.py get_remat_policy at 6c01933; PaxML checkpoint
+# policies) are two more: attn_output re-runs core attention and discards its output, so the output projection does
+# not keep its input (saving the q/k/v and out projections, not the context: PaxML SAVE_QKV_OUT_PROJ, MaxText
+# custom policies with out_proj); attn_proj is core attention together with its output projection and residual
+# add, one checkpointed region whose saved input is Q, K and V: neither the attention output nor the residual
+# stream after it is kept (MaxText save_qkv_proj: save_only_these_names('query_proj', 'value_proj', 'key_proj',
+# 'qkv_proj')).
+RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "moe_act", "mlp", "moe", "attn_proj", "attn_output")
 
 # Megatron-Core's fine-grained activation offloading (--fine-grained-activation-offloading
 # --offload-modules; docs/source/api-guide/fine_grained_activation_offloading.md, PR #1913): each named

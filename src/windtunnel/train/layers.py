@@ -40,7 +40,7 @@ def _is_mla(forward: OpGraph) -> bool:
 def module_ops(forward: OpGraph, module: str) -> set[int]:
     """Indices of the operators a recompute module re-runs in this layer."""
     def wanted(op: Op) -> bool:
-        if module == "core_attn":
+        if module in ("core_attn", "attn_output"):
             return op.name in SELECTIVE_OPS
         if module == "mla_up_proj":
             return op.name in MLA_SELECTIVE_OPS
