@@ -81,7 +81,8 @@ def stream_exposed(builder: Any, kind: str, phase: str) -> float | None:
     another stack, MoE layers, pipeline parallelism, zero-bubble phase splits): the caller then uses the
     per-layer overlap of :func:`zero3_layer_times`."""
     sharding, plan = builder.stack.sharding, builder.plan
-    if plan.zero < 3 or sharding.collective_stream != "shared" or kind != "dense" or plan.pp > 1:
+    if plan.zero < 3 or sharding.collective_stream != "shared" or sharding.fetch_unit != "module" \
+            or kind != "dense" or plan.pp > 1:
         return None
     if phase != "fwd" and not phase.startswith("bwd-"):
         return None
