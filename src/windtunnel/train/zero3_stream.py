@@ -124,17 +124,21 @@ def _trace(layer: list[Submodule], layers: int, recompute: bool) -> list[_Entry]
     return out
 
 
-def _kept(trace: list[_Entry], at: int, max_reuse: float) -> bool:
-    """Whether the submodule fetched at ``trace[at]`` keeps its parameters after running: the trace uses
-    them again before more than ``max_reuse`` parameters of the submodules after it are traversed."""
-    entry, traversed = trace[at], 0.0
-    for later in trace[at + 1:]:
-        if traversed > max_reuse:
-            return False
-        if (later.layer, later.index) == (entry.layer, entry.index):
-            return True
-        traversed += later.params
-    return False
+def _kept(trace: list[_Entry], max_reuse: float) -> list[bool]:
+    """Per fetch of the trace, whether the submodule keeps its parameters after running: the trace uses
+    them again before more than ``max_reuse`` parameters of the submodules in between are traversed
+    (``__params_to_release`` checks the running total before each later submodule it visits)."""
+    prefix = [0.0]
+    for entry in trace:
+        prefix.append(prefix[-1] + entry.params)
+    kept = [False] * len(trace)
+    last: dict[tuple[int, int], int] = {}
+    for at in reversed(range(len(trace))):
+        key = (trace[at].layer, trace[at].index)
+        if key in last:
+            kept[at] = prefix[last[key]] - prefix[at + 1] <= max_reuse
+        last[key] = at
+    return kept
 
 
 def play_step(layer: list[Submodule], layers: int, *, recompute: bool, gather: Callable[[float], float],
@@ -146,6 +150,7 @@ def play_step(layer: list[Submodule], layers: int, *, recompute: bool, gather: C
     parameters. Returns the forward and backward wall times next to their compute and transfer times.
     """
     trace = _trace(layer, layers, recompute)
+    keeps = _kept(trace, max_reuse)
     s = _Streams(gather, reduce)
     gathered: dict[tuple[int, int], float] = {}  # submodule -> time its gather completes (absent: released)
     waited: set[tuple[int, int]] = set()
@@ -199,7 +204,7 @@ def play_step(layer: list[Submodule], layers: int, *, recompute: bool, gather: C
                     flush()
                 bucket.append(grad)
                 bucket_ready = s.compute  # the reduce stream waits for the compute issued so far
-        if entry.params > 0 and not _kept(trace, at, max_reuse):
+        if entry.params > 0 and not keeps[at]:
             del gathered[key]
             available -= entry.params
     flush()
