@@ -102,3 +102,21 @@ def test_more_ranks_expose_more_of_deepspeeds_transfers():
 def test_shared_stream_needs_module_fetching():
     with pytest.raises(ValueError, match="fetch_unit 'module'"):
         Sharding(collective_stream="shared", fetch_unit="layer")
+
+
+def test_a_hooked_call_without_parameters_prefetches_too():
+    """A norm's or dropout's call runs the coordinator's prefetch as well. In the backward that queues the
+    next gathers ahead of the reduce-scatters the host then waits for (more than two outstanding), so the
+    host issues the following compute later: prefetching further lengthens this backward."""
+    def layer(hooked: bool):
+        return [Submodule(P, 2.0, 4.0, (P, 1e4)), Submodule(0.0, 0.0, 0.0, hooked=hooked),
+                Submodule(P, 0.1, 0.2, (P, 1e4)), Submodule(P, 0.1, 0.2, (P, 1e4))]
+    ahead = _play(layer(True), 4, gather=1.0, reduce=1.0, recompute=True, bucket=9e7)
+    one = _play(layer(False), 4, gather=1.0, reduce=1.0, recompute=True, bucket=9e7)
+    assert ahead.forward_s == pytest.approx(one.forward_s)  # transfer-bound forward: the stream decides
+    assert ahead.backward_s > one.backward_s + 1.0
+
+
+def test_megatron_deepspeed_hooks_follow_megatrons_module_tree():
+    assert load_stack("megatron-deepspeed").sharding.hooks_before_weights == (3, 2, 2, 0)
+    assert load_stack("deepspeed").sharding.hooks_before_weights == ()

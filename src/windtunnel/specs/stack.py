@@ -117,6 +117,10 @@ class Sharding(_Frozen):
     # them (a gather queued behind a reduce-scatter that waits for its gradient), played per submodule
     # by train/zero3_stream.py (needs fetch_unit 'module').
     collective_stream: Literal["separate", "shared"] = "separate"
+    # With 'shared': per weight matrix of a dense layer (forward order), the module calls before it that
+    # gather nothing but still run the coordinator's hooks, hence a prefetch (norms, dropouts, containers:
+    # the model code's module tree); missing entries are 0.
+    hooks_before_weights: tuple[int, ...] = ()
 
     @model_validator(mode="after")
     def _shared_needs_modules(self) -> Sharding:

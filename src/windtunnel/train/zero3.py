@@ -125,9 +125,17 @@ def _play_stream(builder: Any, kind: str, mode: str):
     # Norms and biases: small gradients reduced beside the weights' (one group after each weight's);
     # their parameters stay gathered (below stage3_param_persistence_threshold), so they are not fetched.
     small = max(0.0, dense - sum(weights)) / max(1, len(weights))
-    params = [weights[0], 0.0] + weights[1:]
-    layer = [Submodule(p, fwd * f / total, max(0.0, bwd) * f / total, (p, small) if p > 0 else ())
-             for p, f in zip(params, flops, strict=True)]
+    # The module calls without gathered parameters before each weight (norms, dropouts, containers) run
+    # the coordinator's prefetch too; the core attention is one of those before the output projection.
+    hooks = list(sharding.hooks_before_weights) + [0] * len(weights)
+    layer: list[Submodule] = []
+    for i, weight in enumerate(weights):
+        if i == 1:
+            layer.append(Submodule(0.0, fwd * flops[1] / total, max(0.0, bwd) * flops[1] / total,
+                                   hooked=hooks[1] > 0))
+        layer += [Submodule(0.0, 0.0, 0.0)] * max(0, hooks[i] - (1 if i == 1 else 0))
+        share = flops[0 if i == 0 else i + 1] / total
+        layer.append(Submodule(weight, fwd * share, max(0.0, bwd) * share, (weight, small)))
     layers = model.layers // max(1, plan.pp)
 
     def gather(n: float) -> float:

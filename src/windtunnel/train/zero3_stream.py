@@ -40,13 +40,16 @@ MAX_REDUCE_EVENTS = 2
 
 @dataclass(frozen=True)
 class Submodule:
-    """One submodule the coordinator fetches: ``params`` gathered (0: none, or all persistent), forward and
-    backward compute seconds, and the gradients (parameters) its backward produces in hook order."""
+    """One submodule call: ``params`` gathered (0: none, or all persistent), forward and backward compute
+    seconds, and the gradients (parameters) its backward produces in hook order. ``hooked``: the call runs
+    DeepSpeed's module hooks, so its fetch prefetches along the trace even without parameters of its own
+    (a norm, a dropout, a container); False: compute with no module of its own."""
 
     params: float
     fwd_s: float
     bwd_s: float
     grads: tuple[float, ...] = ()
+    hooked: bool = True
 
 
 @dataclass(frozen=True)
@@ -181,7 +184,7 @@ def play_step(layer: list[Submodule], layers: int, *, recompute: bool, gather: C
         key, module = (entry.layer, entry.index), layer[entry.index]
         ready = 0.0
         if entry.params > 0:
-            # fetch_sub_module: gather what is missing, wait for it, then prefetch along the trace.
+            # fetch_sub_module: gather what is missing and wait for it.
             if key not in gathered:
                 issue_gather(key, entry.params)
             if key not in waited:
@@ -189,6 +192,8 @@ def play_step(layer: list[Submodule], layers: int, *, recompute: bool, gather: C
                 s.fetch_events.append(gathered[key])
                 waited.add(key)
             ready = gathered[key]
+        if module.hooked:
+            # Then, on every hooked call, prefetch along the trace.
             queue = max(queue, at + 1)
             budget, popped = min(max_live - available, prefetch_bucket), 0.0
             while queue < len(trace) and popped < budget:
