@@ -64,8 +64,12 @@ def test_reduce_bucket_bounds_the_unsharded_gradients():
 
 
 def test_megatron_deepspeed_inherits_deepspeed_sharding():
+    """DeepSpeed's fetching and its one collective stream, with the Azure recipes' ZeRO-3 sizes."""
     md, ds = load_stack("megatron-deepspeed"), load_stack("deepspeed")
-    assert md.zero == 3 and md.sharding == ds.sharding
+    assert md.zero == 3 and md.sharding.fetch_unit == ds.sharding.fetch_unit == "module"
+    assert md.sharding.collective_stream == ds.sharding.collective_stream == "shared"
+    assert (md.sharding.max_live_params, md.sharding.reduce_bucket_params) == (3e9, 9e7)
+    assert (ds.sharding.max_live_params, ds.sharding.reduce_bucket_params) == (1e9, 5e8)
     assert md.kernels.attention == "unfused" and md.calibration_family == "megatron"
 
 

@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from windtunnel.specs.errors import WindtunnelError, choices_text, did_you_mean
 from windtunnel.specs.yamlio import catalog_dir, deep_merge, read_mapping_file, read_yaml
@@ -103,6 +103,33 @@ class Sharding(_Frozen):
     # parameters in its own all_gather_coalesced call); with 'module' the gradients are reduce-scattered
     # in reduce_bucket_params buckets filled in backward order. Each collective pays its ring's latency.
     fetch_unit: Literal["layer", "module"] = "layer"
+    # With 'module' fetching: after the running submodule's parameters arrive, the coordinator prefetches
+    # the next parameters of its recorded trace until this many are in flight, always at least one
+    # (stage3_prefetch_bucket_size), so a weight matrix larger than the bucket is fetched one ahead.
+    prefetch_bucket_params: float = Field(default=5.0e7, gt=0)
+    # A submodule's gathered parameters are kept after it runs when the trace uses them again within
+    # this many parameters (stage3_max_reuse_distance), e.g. between a recomputed forward and its
+    # backward; otherwise they are released and gathered again.
+    max_reuse_params: float = Field(default=1.0e9, ge=0)
+    # 'separate': gathers and reduce-scatters run on their own communicators and overlap the compute as
+    # far as their sizes allow (the layer takes the longer of its compute and transfers). 'shared': both
+    # go through one process group, hence one NCCL stream that runs them in the order the host issued
+    # them (a gather queued behind a reduce-scatter that waits for its gradient), played per submodule
+    # by train/zero3_stream.py (needs fetch_unit 'module').
+    collective_stream: Literal["separate", "shared"] = "separate"
+    # With 'shared': per weight matrix of a dense layer (forward order), the module calls before it that
+    # gather nothing but still run the coordinator's hooks, hence a prefetch (norms, dropouts, containers:
+    # the model code's module tree); missing entries are 0.
+    hooks_before_weights: tuple[int, ...] = ()
+
+    @model_validator(mode="after")
+    def _shared_needs_modules(self) -> Sharding:
+        if self.collective_stream == "shared" and self.fetch_unit != "module":
+            raise ValueError(
+                "sharding.collective_stream 'shared' is played one submodule (weight matrix) at a time and needs "
+                f"sharding.fetch_unit 'module', got fetch_unit '{self.fetch_unit}'; set fetch_unit: module or "
+                "collective_stream: separate")
+        return self
 
 
 class Comm(_Frozen):

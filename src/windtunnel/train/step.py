@@ -50,7 +50,7 @@ from windtunnel.train.pipeline_play import PipelinePlay
 from windtunnel.train.placement import Placement, dp_collective_time, place_plan
 from windtunnel.train.result import TrainingResult
 from windtunnel.train.steady import play_step
-from windtunnel.train.zero3 import zero3_layer_times
+from windtunnel.train.zero3 import stream_exposed, zero3_layer_times
 
 GIB = float(2**30)
 
@@ -255,6 +255,10 @@ class _StepBuilder(PipelinePlay):
         """Cost of one layer kind in a phase (:meth:`phase_graphs`), with its sharded-DP transfers."""
         key = (kind, phase)
         if key not in self._played:
+            streamed = stream_exposed(self, kind, phase)  # DeepSpeed's one collective stream, else None
+            if streamed is not None:
+                return self._played.setdefault(key, self.coster.play(self.phase_graphs(kind, phase))
+                                               + Played(streamed, {"dp_comm": streamed}))
             gather_fwd, gather_bwd = self.zero3_times(kind)
             graphs = self.phase_graphs(kind, phase)
             if phase == "fwd":

@@ -71,3 +71,83 @@ def zero3_layer_times(builder: Any, kind: str, weight_bytes: float) -> tuple[flo
     gather += collective("all_gather", 0.0, expert)
     reduce += collective("reduce_scatter", 0.0, expert)
     return gather, gather + reduce
+
+
+def stream_exposed(builder: Any, kind: str, phase: str) -> float | None:
+    """Seconds one layer's ZeRO-3 transfers add to ``phase`` ('fwd' or 'bwd-<recompute mode>') when the
+    stack runs gathers and reduce-scatters on one collective stream in issue order (sharding
+    collective_stream 'shared', DeepSpeed): the step is played per submodule by train/zero3_stream.py
+    and its exposed time shared evenly over the layers. None where that play does not apply (ZeRO < 3,
+    another stack, MoE layers, pipeline parallelism, zero-bubble phase splits): the caller then uses the
+    per-layer overlap of :func:`zero3_layer_times`."""
+    sharding, plan = builder.stack.sharding, builder.plan
+    if plan.zero < 3 or sharding.collective_stream != "shared" or sharding.fetch_unit != "module" \
+            or kind != "dense" or plan.pp > 1:
+        return None
+    if phase != "fwd" and not phase.startswith("bwd-"):
+        return None
+    modes = set(builder.recompute_modes(builder.job.model.layers))
+    if len(modes) != 1:
+        return None  # layers recomputed differently: not one repeated layer
+    # The forward's exposure comes from the same played step as the backward of the plan's mode.
+    mode = modes.pop()
+    if phase != "fwd" and phase != f"bwd-{mode}":
+        return None
+    cache = builder.__dict__.setdefault("_zero3_stream", {})
+    if mode not in cache:
+        cache[mode] = _play_stream(builder, kind, mode)
+    played, layers, held = cache[mode]
+    exposed = played.forward_exposed_s if phase == "fwd" else played.backward_exposed_s
+    comm = played.forward_comm_s if phase == "fwd" else played.backward_comm_s
+    compute = played.forward_compute_s if phase == "fwd" else played.backward_compute_s
+    # The collective kernels hold a share of the compute units while they run beside the compute.
+    slowed = held * min(max(0.0, comm - exposed), compute)
+    return (exposed + slowed) / max(1, layers)
+
+
+def _play_stream(builder: Any, kind: str, mode: str):
+    from windtunnel.train.memory import WEIGHT_BYTES
+    from windtunnel.train.zero3_stream import Submodule, play_step
+
+    model, plan, sharding = builder.job.model, builder.plan, builder.stack.sharding
+    dense, _ = builder.layer_params(kind)
+    weights = layer_weights(model, plan.tp, moe=False)
+    recompute = mode == "full"
+    fwd = builder.coster.play(builder.phase_graphs(kind, "fwd")).time
+    bwd = builder.coster.play(builder.phase_graphs(kind, f"bwd-{mode}")).time - (fwd if recompute else 0.0)
+    # Split the layer's compute over its submodules by FLOPs per token: 2 per weight for its GEMM, and
+    # 4 x sequence x attention width for the core attention (scores and context, no parameters) between
+    # the input and output projections.
+    head_dim = model.head_dim or model.hidden // model.heads
+    core = 4.0 * builder.job.seq_len * model.heads * head_dim / max(1, plan.tp)
+    flops = [2.0 * weights[0], core] + [2.0 * w for w in weights[1:]]
+    total = sum(flops)
+    # Norms and biases: small gradients reduced beside the weights' (one group after each weight's);
+    # their parameters stay gathered (below stage3_param_persistence_threshold), so they are not fetched.
+    small = max(0.0, dense - sum(weights)) / max(1, len(weights))
+    # The module calls without gathered parameters before each weight (norms, dropouts, containers) run
+    # the coordinator's prefetch too; the core attention is one of those before the output projection.
+    hooks = list(sharding.hooks_before_weights) + [0] * len(weights)
+    layer: list[Submodule] = []
+    for i, weight in enumerate(weights):
+        if i == 1:
+            layer.append(Submodule(0.0, fwd * flops[1] / total, max(0.0, bwd) * flops[1] / total,
+                                   hooked=hooks[1] > 0))
+        layer += [Submodule(0.0, 0.0, 0.0)] * max(0, hooks[i] - (1 if i == 1 else 0))
+        share = flops[0 if i == 0 else i + 1] / total
+        layer.append(Submodule(weight, fwd * share, max(0.0, bwd) * share, (weight, small)))
+    layers = model.layers // max(1, plan.pp)
+
+    def gather(n: float) -> float:
+        return builder._dp_collective("all_gather", n, 0.0, WEIGHT_BYTES)
+
+    def reduce(n: float) -> float:
+        return builder._dp_collective("reduce_scatter", n, 0.0, builder.states.grads)
+
+    played = play_step(layer, layers, recompute=recompute, gather=gather, reduce=reduce,
+                       prefetch_bucket=sharding.prefetch_bucket_params,
+                       max_live=sharding.max_live_params or float("inf"),
+                       max_reuse=sharding.max_reuse_params,
+                       reduce_bucket=sharding.reduce_bucket_params or float("inf"))
+    held = builder.comm_units / max(1, builder.coster.eff.compute_units)
+    return played, layers, held
