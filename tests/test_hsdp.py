@@ -126,3 +126,25 @@ def test_one_copy_of_each_hsdp_shard_writes_the_checkpoint():
     hybrid = checkpoint_cost(8_000_000_000, replicas=parse_plan("dp=64,zero=3,dp_shard=8").dp_replicas, **kw)
     assert full.writer_ranks == 64 and hybrid.writer_ranks == 8
     assert hybrid.async_stall_s == pytest.approx(8 * full.async_stall_s) and hybrid.total_bytes == full.total_bytes
+
+
+def test_search_refinement_tries_hybrid_sharding_where_the_stack_can():
+    """The search's refinement also plays a ZeRO-3 plan sharded inside each node (dp_shard = the node's dp ranks)
+    and keeps it when faster; a stack without hybrid sharding (DeepSpeed 0.6.2) keeps full sharding."""
+    from windtunnel.specs.hardware import load_hardware
+    from windtunnel.specs.model import load_model
+    from windtunnel.specs.plan import parse_plan
+    from windtunnel.train.space import SearchSpace, refine, shard_groups
+
+    plan = parse_plan("tp=1,pp=1,zero=3,mbs=1,recompute=selective").model_copy(update={"dp": 1024})
+    cluster = load_hardware("h100-sxm", 1024)
+    assert shard_groups(cluster, plan) == [8]
+    assert shard_groups(cluster, plan.model_copy(update={"zero": 1})) == []
+    assert shard_groups(cluster, plan.model_copy(update={"dp_shard": 64})) == []
+    hybrid = refine(SearchSpace(load_model("llama3-8b"), cluster, 8192, 1024, framework="pytorch-fsdp2"), plan)
+    assert "dp_shard=8" in hybrid.plan
+    full = simulate_training("llama3-8b", "h100-sxm", 1024, seq_len=8192, global_batch=1024,
+                             plan="tp=1,pp=1,zero=3,mbs=1,recompute=selective", framework="pytorch-fsdp2")
+    assert hybrid.step_time_s < full.step_time_s
+    old = refine(SearchSpace(load_model("llama3-8b"), cluster, 8192, 1024, framework="megatron-deepspeed"), plan)
+    assert "dp_shard" not in old.plan

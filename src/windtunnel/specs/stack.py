@@ -121,6 +121,9 @@ class Sharding(_Frozen):
     # gather nothing but still run the coordinator's hooks, hence a prefetch (norms, dropouts, containers:
     # the model code's module tree); missing entries are 0.
     hooks_before_weights: tuple[int, ...] = ()
+    # The stack can shard over a subgroup of the data-parallel ranks and replicate across subgroups (HSDP, plan
+    # dp_shard); the plan search tries it only where this is true.
+    hybrid: bool = True
 
     @model_validator(mode="after")
     def _shared_needs_modules(self) -> Sharding:

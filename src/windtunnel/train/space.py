@@ -23,6 +23,7 @@ from windtunnel.specs.hardware import Cluster
 from windtunnel.specs.layout import BALANCED
 from windtunnel.specs.model import ModelSpec
 from windtunnel.specs.plan import Plan
+from windtunnel.specs.stack import load_stack
 from windtunnel.train.result import TrainingResult
 from windtunnel.train.step import TrainingJob, _StepBuilder, simulate
 
@@ -271,26 +272,46 @@ def cost_shard(space: SearchSpace, key: ShardKey) -> ShardCost:
 
 
 def refine(space: SearchSpace, plan: Plan) -> TrainingResult:
-    """The full event simulation of one candidate. A pipelined plan without a layout is also played with
-    ``layout=balanced`` (the split that evens the busiest rank's time, specs.layout.balanced_split), and the
-    faster feasible of the two is kept: an uneven model (embedding and loss on the end stages, dense and MoE
-    layers, MTP modules) often waits on one heavy stage that a different split relieves."""
+    """The full event simulation of one candidate, and of the variants the screen does not price, keeping the
+    fastest feasible: a pipelined plan without a layout is also played with ``layout=balanced`` (the split that
+    evens the busiest rank's time, specs.layout.balanced_split: an uneven model, with the embedding and loss on
+    the end stages, dense and MoE layers or MTP modules, often waits on one heavy stage), and a fully sharded plan
+    (ZeRO-3) without ``dp_shard`` also with its states sharded inside each inner network domain and replicated
+    across them (hybrid sharding, :func:`shard_groups`), which keeps the per-layer gathers on the fast links."""
     def run(candidate: Plan) -> TrainingResult:
         return simulate(TrainingJob(model=space.model, cluster=space.cluster, plan=candidate, seq_len=space.seq_len,
                                     global_batch=space.global_batch, moe_imbalance=space.moe_imbalance,
                                     flash_attention=space.flash_attention, fused_loss=space.fused_loss,
                                     framework=space.framework, fitted_override=space.fitted_override))
 
-    result = run(plan)
-    if plan.pp == 1 or plan.layout:
-        return result
-    try:
-        balanced = run(plan.model_copy(update={"layout": BALANCED}))
-    except WindtunnelError:  # no balanced split exists (too few modules for the stages): keep the even one
-        return result
-    if balanced.feasible and (not result.feasible or balanced.step_time_s < result.step_time_s):
-        return balanced
-    return result
+    layouts = [{}] + ([{"layout": BALANCED}] if plan.pp > 1 and not plan.layout else [])
+    shards = [{}] + [{"dp_shard": d} for d in shard_groups(space.cluster, plan, load_stack(space.framework))]
+    best = None
+    for update in ({**a, **b} for a in layouts for b in shards):
+        try:
+            result = run(plan.model_copy(update=update) if update else plan)
+        except WindtunnelError:  # e.g. no balanced split exists (too few modules for the stages)
+            if not update:
+                raise
+            continue
+        if best is None or (result.feasible and (not best.feasible or result.step_time_s < best.step_time_s)):
+            best = result
+    return best
+
+
+def shard_groups(cluster: Cluster, plan: Plan, stack=None) -> list[int]:
+    """Hybrid-sharding group sizes (dp ranks) worth trying for a ZeRO-3 plan without ``dp_shard``, on a stack that
+    can shard hybridly (``sharding.hybrid``): for each inner network tier, the data-parallel ranks of one of the
+    job's domains there (its devices over tp x cp), when they divide dp and leave more than one group."""
+    if plan.zero < 3 or plan.dp_shard or plan.dp <= 1 or (stack is not None and not stack.sharding.hybrid):
+        return []
+    inner = plan.tp * plan.cp
+    sizes = []
+    for devices in cluster.job_domain_sizes()[:-1]:
+        d = devices // inner
+        if devices % inner == 0 and 1 < d < plan.dp and plan.dp % d == 0 and d not in sizes:
+            sizes.append(d)
+    return sizes
 
 
 def tokens_per_step(space: SearchSpace) -> int:
