@@ -198,6 +198,11 @@ class Memory(_Frozen):
     # Chip generations on which the stack's attention runs a kernel its op-level policy does not save
     # (its output is then recomputed like any other op).
     op_policy_unsaved_attention: tuple[str, ...] = ()
+    # The recomputed forward runs only the operators whose outputs the backward reads (JAX remat: the
+    # staged recomputation is dead-code-eliminated, so a checkpointed MLP does not re-run its down
+    # projection, whose output only feeds the residual add); False: the whole checkpointed module or
+    # layer re-runs (torch.utils.checkpoint, Megatron's recompute).
+    recompute_reads_only: bool = False
     # Bytes per logit of the loss's backward beyond what its forward saved when the logits are
     # vocab-sharded over TP (PyTorch's loss_parallel computes log-softmax and NLL backward together
     # from fp32 temporaries); None: the same as loss_workspace_bytes_per_logit.

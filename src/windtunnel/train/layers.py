@@ -311,26 +311,56 @@ def zero3_exposed(compute_s: float, transfer_s: float, held: float) -> float:
     return max(transfer_s, slowed) - compute_s
 
 
-def recompute_graph(forward: OpGraph, mode: str) -> OpGraph:
-    """The forward work re-run before a backward: the whole layer (full) or the selective modules."""
+def read_by_backward(forward: OpGraph, rerun: set[int], dropped: set[int]) -> set[int]:
+    """The re-run operators whose outputs the backward reads, directly or through other re-run operators.
+
+    An output is read when a consumer whose stored input was dropped needs that input for its own
+    backward (a GEMM's weight gradient, a norm's or activation's derivative: ``saved_bytes`` > 0), when a
+    consumer is itself read, or, for attention, always (the flash backward reads its own output and
+    log-sum-exp). A residual add's backward reads nothing, so a region's last projection (the MLP's
+    down projection before the residual add) and the add itself are read by nothing: the layer's output
+    is the next layer's stored input. Walked consumers-first (operators are in topological order)."""
+    read: set[int] = set()
+    for index in sorted(rerun, reverse=True):
+        op = forward.ops[index]
+        consumers = [j for j, other in enumerate(forward.ops) if index in other.deps]
+        if op.kind == "attention" or any(
+                j in read or (j in dropped and forward.ops[j].saved_bytes > 0) for j in consumers):
+            read.add(index)
+    return read
+
+
+def recompute_graph(forward: OpGraph, mode: str, *, reads_only: bool = False) -> OpGraph:
+    """The forward work re-run before a backward: the whole layer (full) or the selective modules.
+
+    ``reads_only``: the stack re-runs only what the backward reads (JAX's remat partial-evaluates the
+    layer and dead-code-eliminates the staged recomputation, ad_checkpoint.remat_partial_eval: "DCE
+    jaxpr_staged, keeping only instantiated outputs which are unknown"); Megatron's and PyTorch's
+    checkpointing re-run the whole checkpointed module forward."""
     if mode == "full":
-        return OpGraph([replace(op, phase="recompute", saved_bytes=0.0) for op in forward.ops])
-    if mode.startswith("selective"):
-        kept = OpGraph()
-        index_map: dict[int, int] = {}
-        rerun, _ = recompute_selection(forward, mode)
-        for index, op in enumerate(forward.ops):
-            if index in rerun:
-                deps = tuple(index_map[d] for d in op.deps if d in index_map)
-                index_map[index] = kept.add(replace(op, phase="recompute", saved_bytes=0.0, deps=deps))
-        return kept
-    return OpGraph()
+        rerun = set(range(len(forward.ops)))
+        # A fully recomputed layer keeps only its input: every operator's stored input is dropped.
+        dropped = set(rerun)
+    elif mode.startswith("selective"):
+        rerun, dropped = recompute_selection(forward, mode)
+    else:
+        return OpGraph()
+    if reads_only:
+        rerun = read_by_backward(forward, rerun, dropped)
+    kept = OpGraph()
+    index_map: dict[int, int] = {}
+    for index, op in enumerate(forward.ops):
+        if index in rerun:
+            deps = tuple(index_map[d] for d in op.deps if d in index_map)
+            index_map[index] = kept.add(replace(op, phase="recompute", saved_bytes=0.0, deps=deps))
+    return kept
 
 
-def backward_with_recompute(forward: OpGraph, mode: str) -> list[OpGraph]:
-    """Graphs played for one backward pass: recomputation (if any) then the backward DAG."""
+def backward_with_recompute(forward: OpGraph, mode: str, *, reads_only: bool = False) -> list[OpGraph]:
+    """Graphs played for one backward pass: recomputation (if any) then the backward DAG
+    (``reads_only``: see :func:`recompute_graph`)."""
     backward = backward_of(forward)
-    recompute = recompute_graph(forward, mode)
+    recompute = recompute_graph(forward, mode, reads_only=reads_only)
     if not len(recompute):
         return [backward]
     joined = OpGraph(list(recompute.ops))

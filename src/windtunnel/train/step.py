@@ -298,7 +298,8 @@ class _StepBuilder(PipelinePlay):
         """The graphs of one backward pass of a layer kind (cached)."""
         key = (kind, mode)
         if key not in self._backward:
-            graphs = backward_with_recompute(self.forward_graphs[kind], mode)
+            graphs = backward_with_recompute(self.forward_graphs[kind], mode,
+                                             reads_only=self.stack.memory.recompute_reads_only)
             # Weights whose wgrad GEMM does not accumulate into the main gradients (plan grad_accum_fusion).
             dense, expert = self.layer_params(kind)
             unfused = {"all": 0.0, "experts": dense, "none": dense + expert}[self.plan.grad_accum_fusion]
