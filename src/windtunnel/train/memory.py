@@ -75,6 +75,8 @@ class StateBytes:
     weights: float = WEIGHT_BYTES
     grads: float = GRAD_BYTES
     optimizer: float = OPTIMIZER_BYTES
+    # Share of the sharded (ZeRO >= 2) main gradients held in host memory instead (optimizer CPU offload).
+    grads_on_host: float = 0.0
 
     @classmethod
     def of(cls, grads: str = "fp32", moments: str = "fp32") -> StateBytes:
@@ -93,7 +95,8 @@ class StateBytes:
         def part(per_param: float, stage: int):
             return per_param * (dense / np.where(zero >= stage, dense_dp, 1)
                                 + expert / np.where(zero >= stage, expert_dp, 1))
-        return part(self.weights, 3), part(self.grads, 2), part(self.optimizer, 1)
+        grads = part(self.grads, 2) * np.where(zero >= 2, 1.0 - self.grads_on_host, 1.0)
+        return part(self.weights, 3), grads, part(self.optimizer, 1)
 
     def bucket_bytes(self) -> float:
         """Megatron DDP's in-flight gradient buckets (ZeRO 0-2)."""

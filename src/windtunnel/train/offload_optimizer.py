@@ -18,6 +18,8 @@ lanes) is far below the bytes' time on any catalogued host. Units: bytes, second
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from windtunnel.specs.errors import WindtunnelError
 from windtunnel.train.memory import GRAD_BYTES, WEIGHT_BYTES, StateBytes
 
@@ -45,11 +47,12 @@ def check_host(plan, chip) -> None:
 def device_share(states: StateBytes, share: float, memory) -> StateBytes:
     """The model states per parameter left on the device when ``share`` of the optimizer is on the host
     (``memory``: the stack's Memory section; its ``optimizer_offload_grads`` moves the share's main
-    gradients too)."""
+    gradients too, where ZeRO >= 2 partitions them: below that every rank holds the whole 16-bit gradient
+    until it is reduced, and only the owned partition's fp32 copy lives on the host)."""
     if not share:
         return states
-    grads = states.grads * (1.0 - share) if memory.optimizer_offload_grads else states.grads
-    return StateBytes(weights=states.weights, grads=grads, optimizer=states.optimizer * (1.0 - share))
+    return replace(states, optimizer=states.optimizer * (1.0 - share),
+                   grads_on_host=share if memory.optimizer_offload_grads else 0.0)
 
 
 def owned_params(builder, chunks, rank: int) -> float:
