@@ -461,7 +461,7 @@ def step_memory(builder, chunks: dict) -> StepMemory:
     # Optimizer CPU offload: the offloaded share of the optimizer shard each device owns lives on the host.
     from windtunnel.train.offload_optimizer import host_bytes_per_param, owned_params
 
-    per_param = host_bytes_per_param(builder.states, plan.offload_optimizer)
+    per_param = host_bytes_per_param(builder.states, getattr(plan, "offload_optimizer", 0.0))
     worst.host_bytes = host_bytes + (max(owned_params(builder, chunks, rank) for rank in range(plan.pp)) * per_param
                                      if per_param else 0.0)
     return worst
