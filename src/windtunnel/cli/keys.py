@@ -43,6 +43,7 @@ PLAN_KEYS = {
     "offload_modules": "modules whose activations live in host memory, '+'-separated",
     "reuse_fp32_param": "fp32 master weights kept as bf16 weights + 16-bit residual (MindSpeed)",
     "swap_optimizer": "optimizer states kept in host memory outside the optimizer step (MindSpeed)",
+    "offload_optimizer": "share (0..1) of the optimizer states in host memory, stepped on the CPU (ZeRO-Offload)",
     "act_fp8_store": "SwiGLU inputs kept in FP8 for the backward (Megatron --activation-func-fp8-input-store)",
     "mtp": "multi-token-prediction modules trained (unset: the model's own count)",
     "layout": "Megatron pipeline layout of modules per stage, e.g. 'Et*4|(t*4|)*14tmL' (empty: even split; "

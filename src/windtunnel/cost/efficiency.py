@@ -48,6 +48,7 @@ class Efficiency:
     host_op_s: float = 0.0
     host_library_call_s: float = 0.0
     host_link: float = 0.8
+    host_memory: float = 0.75  # sustained share of host DRAM bandwidth (a CPU optimizer step)
     overlap_comm_units: int = 0
     unvectorized_bandwidth: float = 0.45
     # Named attention kernels with published efficiencies on this chip's generation:
@@ -144,6 +145,7 @@ def efficiency_for(chip: Chip, fitted_override: dict | None = None, family: str 
         host_op_s=float((p.get("host") or {}).get("op_s", 0.0)),
         host_library_call_s=float((p.get("host") or {}).get("library_call_s", 0.0)),
         host_link=float(p["host_link_efficiency"]),
+        host_memory=float(p.get("host_memory_efficiency", 0.75)),
         overlap_comm_units=int(p["overlap_comm_units"]),
         attention_kernels=tuple(sorted((str(name), float(k["fwd_efficiency"]), float(k["bwd_efficiency"]))
                                        for name, k in (p.get("attention_kernels") or {}).items())),

@@ -9,7 +9,8 @@ from rich.table import Table
 GIB = float(2**30)
 # Short column headers of plan keys (explained in the footer when used); flags share one 'flags' column.
 KEY_HEADERS = {"recompute": "rc", "zero": "zero", "schedule": "sched", "precision": "prec", "cuda_graphs": "graphs",
-               "order": "ord", "dispatcher": "disp", "offload_layers": "offl", "recompute_modules": "rc mods"}
+               "order": "ord", "dispatcher": "disp", "offload_layers": "offl", "recompute_modules": "rc mods",
+               "offload_optimizer": "offopt"}
 FLAG_SHORT = {"sp": "sp", "tp_overlap": "ovl", "ep_overlap": "epo", "dualpipe": "dualpipe",
               "reuse_fp32_param": "reuse32", "swap_optimizer": "swapopt",
               "act_fp8_store": "act8"}

@@ -70,6 +70,9 @@ class Chip(BaseModel):
     # host memory per device (bytes): what activation offloading can use. None where not catalogued.
     host_link_bandwidth: Bandwidth | None = None
     host_memory_bytes: Capacity | None = None
+    # The host memory bandwidth per device (bytes/s: the node's CPU memory channels over its devices):
+    # what a CPU optimizer step (ZeRO-Offload's CPU Adam, memory-bound) runs at. None where not catalogued.
+    host_memory_bandwidth: Bandwidth | None = None
     # Board power (TDP or the power limit), watts: what the job rehearsal's energy uses. None where unpublished.
     power_w: Power | None = None
     default_cluster: str

@@ -10,7 +10,8 @@ from windtunnel.specs.errors import WindtunnelError, did_you_mean
 from windtunnel.specs.layout import BALANCED, stage_modules
 from windtunnel.specs.model import ModelSpec
 from windtunnel.specs.modules import OFFLOAD_MODULES, RECOMPUTE_MODULES
-from windtunnel.specs.plan_checks import check_dp_shard, check_offload, divisors
+from windtunnel.specs.plan_checks import OFFLOAD_OPTIMIZER_ALIASES as _OFFLOAD_OPT
+from windtunnel.specs.plan_checks import check_dp_shard, check_offload, divisors, offload_fraction
 
 Recompute = Literal["none", "selective", "full"]
 Schedule = Literal["1f1b", "interleaved", "dualpipe"]
@@ -103,6 +104,9 @@ class Plan(BaseModel):
     # states kept in host memory outside the optimizer step (--swap-optimizer). Unset: the stack's.
     reuse_fp32_param: bool = False
     swap_optimizer: bool = False
+    # Share (0..1) of the optimizer states in host memory, stepped by the CPU (DeepSpeed offload_optimizer
+    # device cpu, ZeRO-Offload; Megatron-Core --optimizer-offload-fraction): train/offload_optimizer.py.
+    offload_optimizer: float = Field(default=0.0, ge=0.0, le=1.0)
     # The input of a SwiGLU activation kept in FP8 for its backward, cast back to 16 bits there
     # (Megatron-Core --activation-func-fp8-input-store, TransformerConfig.activation_func_fp8_input_store;
     # DeepSeek-V3 report Sec. 3.3.2 caches the MoE SwiGLU inputs in FP8 and recomputes their output).
@@ -165,6 +169,7 @@ class Plan(BaseModel):
             parts.append(f"offload_layers={self.offload_layers}")
         if self.offload_modules:
             parts.append(f"offload_modules={self.offload_modules}")
+        parts += [f"offload_optimizer={self.offload_optimizer:g}"] if self.offload_optimizer else []
         parts += [f"{name}=true" for name in _SET_FLAGS if getattr(self, name)]
         if self.cp > 1 and not self.cp_overlap:
             parts.append("cp_overlap=false")
@@ -208,6 +213,7 @@ class Plan(BaseModel):
             parts.append(f"offload_layers={self.offload_layers}")
         if self.offload_modules:
             parts.append(f"offload_modules={self.offload_modules}")
+        parts += [f"offload_optimizer={self.offload_optimizer:g}"] if self.offload_optimizer else []
         parts += [name for name in _SET_FLAGS if getattr(self, name)]
         if self.cp > 1 and self.cp_algo != "ring":
             parts.append(f"cp_algo={self.cp_algo}")
@@ -256,7 +262,7 @@ _ALIASES = {
     "cpu_offloading_num_layers": "offload_layers", "offload": "offload_layers", "offload-layers": "offload_layers",
     "mtp_num_layers": "mtp", "mtp_layers": "mtp", "mtp-num-layers": "mtp",
     "hsdp": "dp_shard", "data_parallel_shard_degree": "dp_shard", "dp-shard": "dp_shard", "fsdp_shard": "dp_shard",
-    "shard_group": "dp_shard", "pipeline_model_parallel_layout": "layout", "pp_layout": "layout", "pipeline-model-parallel-layout": "layout",
+    "shard_group": "dp_shard", **_OFFLOAD_OPT, "pipeline_model_parallel_layout": "layout", "pp_layout": "layout", "pipeline-model-parallel-layout": "layout",
 }
 _BOOLS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False, "on": True, "off": False}
 _SET_FLAGS = ("reuse_fp32_param", "swap_optimizer", "act_fp8_store")  # off by default: printed when on
@@ -309,6 +315,8 @@ def parse_plan(text: str | dict | Plan) -> Plan:
             if value.lower() not in _BOOLS:
                 raise WindtunnelError(f"Plan field '{key}' must be true or false, got '{value}'.", field=key)
             value = _BOOLS[value.lower()]
+        if key == "offload_optimizer":
+            value = offload_fraction(value)
         if key == "zero" and isinstance(value, str) and value.lower() in ("true", "false"):
             value = 1 if value.lower() == "true" else 0
         if key in ("recompute", "schedule", "precision", "dispatcher", "cuda_graphs", "order", "recompute_modules",

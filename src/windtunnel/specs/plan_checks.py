@@ -14,6 +14,36 @@ if TYPE_CHECKING:
     from windtunnel.specs.plan import Plan
 
 
+# Names the frameworks give the optimizer CPU offload (plan field offload_optimizer, a fraction):
+# Megatron-Core's --optimizer-offload-fraction and --optimizer-cpu-offload (a switch: all of it),
+# DeepSpeed's offload_optimizer (device cpu) and its Twin-Flow share (offload_optimizer.ratio).
+OFFLOAD_OPTIMIZER_ALIASES = {
+    "optimizer_offload_fraction": "offload_optimizer", "optimizer-offload-fraction": "offload_optimizer",
+    "optimizer_cpu_offload": "offload_optimizer", "optimizer-cpu-offload": "offload_optimizer",
+    "offload-optimizer": "offload_optimizer", "cpu_optimizer": "offload_optimizer",
+}
+_OFFLOAD_WORDS = {"true": 1.0, "on": 1.0, "yes": 1.0, "cpu": 1.0, "false": 0.0, "off": 0.0, "no": 0.0, "none": 0.0}
+
+
+def offload_fraction(value: object) -> float:
+    """The plan's ``offload_optimizer`` share from its text: a number 0..1, or a switch (true/cpu: 1, false/none: 0)."""
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    text = str(value).strip().lower()
+    if text in _OFFLOAD_WORDS:
+        return _OFFLOAD_WORDS[text]
+    try:
+        share = float(text)
+    except ValueError:
+        share = float("nan")
+    if not 0.0 <= share <= 1.0:  # also rejects nan
+        raise WindtunnelError(
+            f"Plan field 'offload_optimizer' is '{value}': it is the share of the optimizer states kept in host "
+            "memory and stepped on the CPU, a number from 0 (none, the default) to 1 (all; DeepSpeed "
+            "offload_optimizer device cpu), or true/cpu (1) / false/none (0).", field="offload_optimizer")
+    return share
+
+
 def divisors(n: int) -> list[int]:
     """The positive divisors of ``n``, ascending (for the valid values an error lists)."""
     return [d for d in range(1, n + 1) if n % d == 0]

@@ -214,6 +214,15 @@ class Memory(_Frozen):
     # them back in swap_optimizer_times parts (--swap-optimizer-times, default 16). swap_optimizer: the plan's default.
     swap_optimizer: bool = False
     swap_optimizer_times: int = Field(default=16, ge=1)
+    # Optimizer CPU offload (plan offload_optimizer): whether the offloaded share's fp32 main gradients leave
+    # the device too (DeepSpeed ZeRO-Offload copies each reduced gradient partition into a host buffer;
+    # Megatron-Core's HybridDeviceOptimizer keeps the DDP grad buffer and copies it to pinned host grads), and
+    # how the copies and the CPU step overlap: 'none' (gradients down, CPU step, parameters up, one after
+    # the other after the backward), 'backward' (the gradient copies run during the backward; the CPU step
+    # and the parameter copies follow it) or 'pipelined' (all three in chunks at the pace of the slowest:
+    # Megatron's --overlap-cpu-optimizer-d2h-h2d).
+    optimizer_offload_grads: bool = False
+    optimizer_offload_overlap: Literal["none", "backward", "pipelined"] = "none"
 
 
 class Stack(_Frozen):

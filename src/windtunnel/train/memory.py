@@ -75,6 +75,8 @@ class StateBytes:
     weights: float = WEIGHT_BYTES
     grads: float = GRAD_BYTES
     optimizer: float = OPTIMIZER_BYTES
+    # Share of the sharded (ZeRO >= 2) main gradients held in host memory instead (optimizer CPU offload).
+    grads_on_host: float = 0.0
 
     @classmethod
     def of(cls, grads: str = "fp32", moments: str = "fp32") -> StateBytes:
@@ -93,7 +95,8 @@ class StateBytes:
         def part(per_param: float, stage: int):
             return per_param * (dense / np.where(zero >= stage, dense_dp, 1)
                                 + expert / np.where(zero >= stage, expert_dp, 1))
-        return part(self.weights, 3), part(self.grads, 2), part(self.optimizer, 1)
+        grads = part(self.grads, 2) * np.where(zero >= 2, 1.0 - self.grads_on_host, 1.0)
+        return part(self.weights, 3), grads, part(self.optimizer, 1)
 
     def bucket_bytes(self) -> float:
         """Megatron DDP's in-flight gradient buckets (ZeRO 0-2)."""
@@ -107,13 +110,17 @@ def device_states(states: StateBytes, plan, memory) -> StateBytes:
     parameter become 2, a saving of sizeof(bf16) x parameters / DP with the distributed optimizer.
     MindSpeed --swap-optimizer (docs/features/swap-optimizer.md) keeps the optimizer states (master
     weights and moments) in host memory during forward and backward and brings them back in
-    ``swap_optimizer_times`` parts for the step: 1/times of them is on the device at once."""
+    ``swap_optimizer_times`` parts for the step: 1/times of them is on the device at once. Optimizer CPU
+    offload (plan offload_optimizer) moves its share to the host (train.offload_optimizer.device_share)."""
     optimizer = states.optimizer
     if plan.reuse_fp32_param:
         optimizer -= MASTER_BYTES - WEIGHT_BYTES
     if plan.swap_optimizer:
         optimizer /= memory.swap_optimizer_times
-    return StateBytes(weights=states.weights, grads=states.grads, optimizer=optimizer)
+    from windtunnel.train.offload_optimizer import device_share  # it builds on this module's StateBytes
+
+    kept = StateBytes(weights=states.weights, grads=states.grads, optimizer=optimizer)
+    return device_share(kept, getattr(plan, "offload_optimizer", 0.0), memory)
 
 
 def state_bytes(share: ParamShare, zero: int, states: StateBytes = StateBytes()) -> tuple[float, float, float]:
@@ -451,7 +458,12 @@ def step_memory(builder, chunks: dict) -> StepMemory:
         memory.parts.update({"saved_activations": activations, "transient": transient, "zero3_buffers": zero3})
         if worst is None or memory.total > worst.memory.total:
             worst = StepMemory(rank, memory, 0.0)
-    worst.host_bytes = host_bytes
+    # Optimizer CPU offload: the offloaded share of the optimizer shard each device owns lives on the host.
+    from windtunnel.train.offload_optimizer import host_bytes_per_param, owned_params
+
+    per_param = host_bytes_per_param(builder.states, getattr(plan, "offload_optimizer", 0.0))
+    worst.host_bytes = host_bytes + (max(owned_params(builder, chunks, rank) for rank in range(plan.pp)) * per_param
+                                     if per_param else 0.0)
     return worst
 
 

@@ -15,6 +15,7 @@ from windtunnel.cost.collectives import p2p_time
 from windtunnel.engine.core import Engine, Timeline
 from windtunnel.graph.transformer import ACT_BYTES
 from windtunnel.specs.errors import WindtunnelError
+from windtunnel.train.offload_optimizer import step_seconds as offload_step_seconds
 from windtunnel.train.schedule import Block, schedule_orders
 
 
@@ -111,6 +112,7 @@ class PipelinePlay:
                         for (r, _), c in chunks.items() if r == rank)
             traffic = self.states.optimizer_traffic(self.eff.optimizer_bytes_per_param)
             duration = owned * traffic / (self.chip.hbm_bandwidth * self.eff.memory_bandwidth)
+            duration = offload_step_seconds(self, owned, duration)  # optimizer CPU offload, if any
             engine.task("optimizer", f"r{rank}", duration + self.eff.kernel_overhead_s, finals, category="optimizer")
         return engine.run(), chunks, flops
 

@@ -16,6 +16,7 @@ from typing import Any
 from windtunnel.cost.collectives import p2p_time
 from windtunnel.graph.transformer import ACT_BYTES
 from windtunnel.specs.errors import WindtunnelError
+from windtunnel.train.offload_optimizer import step_seconds as offload_step_seconds
 from windtunnel.train.schedule import Block, schedule_orders
 
 
@@ -272,6 +273,7 @@ def play_compiled(builder: Any, chunks: dict, micro_batches: int) -> StepPlay:
                     + c.expert_params / (builder.placement.expert_dp.size if plan.zero >= 1 else 1)
                     for (r, _), c in chunks.items() if r == rank)
         duration = owned * optimizer / (builder.chip.hbm_bandwidth * builder.eff.memory_bandwidth)
+        duration = offload_step_seconds(builder, owned, duration)  # optimizer CPU offload, if any
         start = tail[rank] if tail[rank] > barrier else barrier
         tail[rank] = start + (duration + builder.eff.kernel_overhead_s)
         ranks[rank].starts.append(start)

@@ -46,6 +46,7 @@ from windtunnel.train.layers import (
     with_main_grad_add,
 )
 from windtunnel.train.memory import WEIGHT_BYTES, StateBytes, layer_saved_bytes, step_memory
+from windtunnel.train.offload_optimizer import check_host
 from windtunnel.train.pipeline_play import PipelinePlay
 from windtunnel.train.placement import Placement, dp_collective_time, place_plan
 from windtunnel.train.result import TrainingResult
@@ -137,11 +138,7 @@ class _StepBuilder(PipelinePlay):
         self.placement: Placement = place_plan(plan, cluster)
         self.eff = efficiency_for(self.chip, job.fitted_override, stack.calibration_family)
         self.states = StateBytes.of(plan.grads, plan.moments)
-        if plan.offload_layers and not (self.chip.host_link_bandwidth and self.chip.host_memory_bytes):
-            raise WindtunnelError(
-                f"Plan field 'offload_layers' is {plan.offload_layers}, but chip '{self.chip.id}' has no host link "
-                "bandwidth or host memory in the catalog (host_link_bandwidth, host_memory_bytes); use "
-                "offload_layers=0 or give the chip those fields.", field="offload_layers")
+        check_host(plan, self.chip)  # offloading needs the chip's host link and memory in the catalog
         self.schedule = plan.pipeline_schedule
         self.mtp = 0 if job.dag is not None else (model.mtp_layers if plan.mtp is None else plan.mtp)
         self.chosen_layout = ""  # the layout layout=balanced chose (stage_split)
@@ -456,8 +453,9 @@ def simulate(job: TrainingJob) -> TrainingResult:
                   f"{(memory.buffers + memory.reserve) / GIB:.1f}), {capacity / GIB:.1f} GiB available")
     elif host_bytes > (chip.host_memory_bytes or 0.0):
         feasible = False
-        reason = (f"offloaded activations need {host_bytes / GIB:.1f} GiB of host memory per device "
-                  f"(offload_layers={plan.offload_layers}), {chip.host_memory_bytes / GIB:.1f} GiB available")
+        reason = (f"offloaded activations and optimizer states need {host_bytes / GIB:.1f} GiB of host memory per "
+                  f"device (offload_layers={plan.offload_layers}, offload_optimizer={plan.offload_optimizer:g}), "
+                  f"{chip.host_memory_bytes / GIB:.1f} GiB available")
 
     if builder.dag_stages is not None:
         model_flops = 3.0 * job.dag.model_flops(plan.mbs) * builder.micro_batches * plan.dp
