@@ -226,3 +226,16 @@ def test_pytorch_cp_costs_each_sdpa_call_at_its_own_key_length():
         assert attention_time(gathered, chip, eff) < attention_time(ring, chip, eff)
     # the same calls at CP 2 and CP 8: the same time per FLOP (ring steps differ only in number)
     assert per_flop[8] == pytest.approx(per_flop[2], rel=1e-3)
+
+
+def test_ring_cp_kernels_see_one_block_of_keys_and_allgather_the_sequence():
+    """Megatron's ring CP (Transformer Engine's AttnFuncWithCPAndKVP2P) runs one flash call per step on a rank's
+    block, load-balanced like torch's: the local step is causal over the rank's own keys, each ring step sees 0.75
+    of a block on average. The all-gather CP attends over the gathered prefix in one call, at its length."""
+    _, ring = _graph("ring")
+    _, gather = _graph("allgather")
+    tokens = SEQ // CP
+    ops = {op.name: op for op in ring.ops}
+    assert ops["core_attention"].shape[2] == tokens
+    assert ops["core_attention_ring"].shape[2] == pytest.approx(0.75 * tokens)
+    assert {op.name: op.shape[2] for op in gather.ops if op.kind == "attention"}["core_attention"] == SEQ

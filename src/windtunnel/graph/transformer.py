@@ -239,11 +239,21 @@ class _Builder:
                 ring = (self.comm("cp_kv_ring", "send_recv", "cp", kv_block * (s.cp - 1), deps,
                                   backward_bytes=stack_ops.cp_backward_bytes(s, kv_block * (s.cp - 1))),)
         if s.flash_attention:
+            first_shape = ring_shape = shape
+            if s.cp > 1 and s.context_parallel != "allgather":
+                # Ring attention runs one kernel per step on this rank's block of keys, so its efficiency follows
+                # one call's key length, not the whole sequence's: Transformer Engine's AttnFuncWithCPAndKVP2P
+                # (transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py, the ring
+                # Megatron-Core and MindSpeed's megatron_cp_algo use) splits the sequence into 2 x cp chunks as
+                # torch's load balancing does: a causal local step, then half-block or half-query steps.
+                local_keys, step_keys = context_parallel.call_key_lengths(q_len)
+                first_shape = context_parallel.call_shape(shape, local_keys)
+                ring_shape = context_parallel.call_shape(shape, step_keys)
             # Without overlap (plan cp_overlap false) the local block waits for the transfer too.
             first = self.g.add(Op("core_attention", "attention", flops=(score_flops + value_flops) / max(1, s.cp),
                                   exponentials=scores / max(1, s.cp),
                                   bytes_moved=qkv_bytes + out_bytes, saved_bytes=saved / max(1, s.cp),
-                                  shape=shape, deps=deps if s.cp_overlap else ring,
+                                  shape=first_shape, deps=deps if s.cp_overlap else ring,
                                   precision="bf16", host_ops=s.linear_host_ops, kernel=s.attention_kernel))
             if s.cp == 1:
                 return (first,)
@@ -251,7 +261,7 @@ class _Builder:
                                  flops=(score_flops + value_flops) * (s.cp - 1) / s.cp,
                                  exponentials=scores * (s.cp - 1) / s.cp,
                                  bytes_moved=(qkv_bytes + out_bytes) * (s.cp - 1), saved_bytes=saved * (s.cp - 1) / s.cp,
-                                 shape=shape, deps=(first, *ring),
+                                 shape=ring_shape, deps=(first, *ring),
                                  precision="bf16", kernel=s.attention_kernel))
             return stack_ops.cp_merge(self, b * q_len * heads * v_dim, (rest,))
         # Unfused attention (pre-FlashAttention Megatron): batched GEMMs plus softmax and dropout on the
