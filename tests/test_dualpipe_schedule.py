@@ -73,7 +73,8 @@ def _play(pp: int, micro_batches: int, f: float, b: float, w: float, fb: float, 
                 rank, chunk, rank if chunk == 0 else pp - 1 - rank, pp, ["moe"], forward=Played(f, {"compute": f}),
                 backward=Played(b, {"compute": b}), dgrad=Played(b - w, {"compute": b - w}),
                 wgrad=Played(w, {"compute": w}), bucket_params=[(0.0, 0.0)], modes=["none"])
-    plan = SimpleNamespace(pp=pp, vpp=1, ep_overlap=False, mbs=1, cp=1, sequence_parallel=False, tp=1, zero=0)
+    plan = SimpleNamespace(pp=pp, vpp=1, ep_overlap=False, mbs=1, cp=1, sequence_parallel=False, tp=1, zero=0,
+                           offload_optimizer=0.0)
     builder = SimpleNamespace(
         plan=plan, schedule="dualpipe", job=SimpleNamespace(cluster=None, seq_len=1, model=SimpleNamespace(hidden=1)),
         placement=SimpleNamespace(pp_tier=None, dp=SimpleNamespace(size=1), expert_dp=SimpleNamespace(size=1),

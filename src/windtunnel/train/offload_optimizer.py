@@ -27,21 +27,22 @@ CPU_ADAM_BYTES_PER_PARAM = 4 * 4.0 + 3 * 4.0 + WEIGHT_BYTES  # loads, stores, th
 COPY_BYTES_PER_PARAM = WEIGHT_BYTES  # 16-bit gradients down, 16-bit parameters up (ZeRO-Offload Sec. 4.1)
 
 
+# Offloading plan fields -> the chip fields their costs need (the host link and memory; the CPU step's rate).
+_HOST_FIELDS = {"offload_layers": ("host_link_bandwidth", "host_memory_bytes"),
+                "offload_optimizer": ("host_link_bandwidth", "host_memory_bytes", "host_memory_bandwidth")}
+
+
 def check_host(plan, chip) -> None:
     """Activation offloading needs the chip's host link and host memory in the catalog; optimizer offload
     also its host memory bandwidth (the CPU step's rate). Each failure names the plan field."""
-    if plan.offload_layers and not (chip.host_link_bandwidth and chip.host_memory_bytes):
-        raise WindtunnelError(
-            f"Plan field 'offload_layers' is {plan.offload_layers}, but chip '{chip.id}' has no host link "
-            "bandwidth or host memory in the catalog (host_link_bandwidth, host_memory_bytes); use "
-            "offload_layers=0 or give the chip those fields.", field="offload_layers")
-    if plan.offload_optimizer and not (chip.host_link_bandwidth and chip.host_memory_bytes
-                                       and chip.host_memory_bandwidth):
-        raise WindtunnelError(
-            f"Plan field 'offload_optimizer' is {plan.offload_optimizer:g}, but chip '{chip.id}' lacks host link "
-            "bandwidth, host memory or host memory bandwidth in the catalog (host_link_bandwidth, "
-            "host_memory_bytes, host_memory_bandwidth): the CPU step and its copies cannot be costed; use "
-            "offload_optimizer=0 or give the chip those fields.", field="offload_optimizer")
+    for field, needed in _HOST_FIELDS.items():
+        value = getattr(plan, field)
+        missing = [name for name in needed if not getattr(chip, name)]
+        if value and missing:
+            raise WindtunnelError(
+                f"Plan field '{field}' is {value:g}, but chip '{chip.id}' has no {', '.join(missing)} in the "
+                f"catalog, so its copies over the host link cannot be costed; use {field}=0 or give the chip those fields "
+                f"({', '.join(needed)}).", field=field)
 
 
 def device_share(states: StateBytes, share: float, memory) -> StateBytes:
@@ -75,7 +76,7 @@ def step_seconds(builder, owned: float, device_seconds: float) -> float:
     """Seconds of the optimizer step of a device that owns ``owned`` parameters' optimizer states, whose
     all-device step would take ``device_seconds``: the device steps its share while the host steps the
     rest, the copies overlapping as the stack runs them (its ``memory.optimizer_offload_overlap``)."""
-    share = getattr(builder.plan, "offload_optimizer", 0.0)  # light test builders carry no such field
+    share = builder.plan.offload_optimizer
     if not share:
         return device_seconds
     chip, eff = builder.chip, builder.eff
@@ -91,3 +92,16 @@ def step_seconds(builder, owned: float, device_seconds: float) -> float:
     else:
         offloaded = down + cpu + up
     return max(device_seconds * (1.0 - share), offloaded)
+
+
+def rank_step_seconds(builder, chunks: dict, rank: int) -> float:
+    """Seconds of pipeline rank ``rank``'s optimizer step (kernel overhead excluded): the memory-bound Adam
+    update over the parameters whose states it owns (sharded over its data-parallel group under ZeRO >= 1),
+    with the plan's CPU-offloaded share stepped on the host (:func:`step_seconds`)."""
+    plan, placement = builder.plan, builder.placement
+    owned = sum(c.dense_params / (placement.dp.size if plan.zero >= 1 else 1)
+                + c.expert_params / (placement.expert_dp.size if plan.zero >= 1 else 1)
+                for (r, _), c in chunks.items() if r == rank)
+    traffic = builder.states.optimizer_traffic(builder.eff.optimizer_bytes_per_param)
+    device = owned * traffic / (builder.chip.hbm_bandwidth * builder.eff.memory_bandwidth)
+    return step_seconds(builder, owned, device)

@@ -15,7 +15,7 @@ from windtunnel.cost.collectives import p2p_time
 from windtunnel.engine.core import Engine, Timeline
 from windtunnel.graph.transformer import ACT_BYTES
 from windtunnel.specs.errors import WindtunnelError
-from windtunnel.train.offload_optimizer import step_seconds as offload_step_seconds
+from windtunnel.train.offload_optimizer import rank_step_seconds
 from windtunnel.train.schedule import Block, schedule_orders
 
 
@@ -107,12 +107,7 @@ class PipelinePlay:
         finals = [t for rank in range(plan.pp) for t in dp_tasks[rank]]
         finals += [last[f"r{rank}"] for rank in range(plan.pp) if f"r{rank}" in last]
         for rank in range(plan.pp):
-            owned = sum(c.dense_params / (self.placement.dp.size if plan.zero >= 1 else 1)
-                        + c.expert_params / (self.placement.expert_dp.size if plan.zero >= 1 else 1)
-                        for (r, _), c in chunks.items() if r == rank)
-            traffic = self.states.optimizer_traffic(self.eff.optimizer_bytes_per_param)
-            duration = owned * traffic / (self.chip.hbm_bandwidth * self.eff.memory_bandwidth)
-            duration = offload_step_seconds(self, owned, duration)  # optimizer CPU offload, if any
+            duration = rank_step_seconds(self, chunks, rank)
             engine.task("optimizer", f"r{rank}", duration + self.eff.kernel_overhead_s, finals, category="optimizer")
         return engine.run(), chunks, flops
 

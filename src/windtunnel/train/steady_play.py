@@ -16,7 +16,7 @@ from typing import Any
 from windtunnel.cost.collectives import p2p_time
 from windtunnel.graph.transformer import ACT_BYTES
 from windtunnel.specs.errors import WindtunnelError
-from windtunnel.train.offload_optimizer import step_seconds as offload_step_seconds
+from windtunnel.train.offload_optimizer import rank_step_seconds
 from windtunnel.train.schedule import Block, schedule_orders
 
 
@@ -266,14 +266,9 @@ def play_compiled(builder: Any, chunks: dict, micro_batches: int) -> StepPlay:
         dp_sync(rank, key, [tail[rank]] * len(bucket_times[key]), defer=False)
     # The optimizer step waits for every rank's gradients (the gradient-norm all-reduce).
     barrier = max([*sync_ends, *tail])
-    optimizer = builder.states.optimizer_traffic(builder.eff.optimizer_bytes_per_param)
     table.append("optimizer")
     for rank in range(pp):
-        owned = sum(c.dense_params / (builder.placement.dp.size if plan.zero >= 1 else 1)
-                    + c.expert_params / (builder.placement.expert_dp.size if plan.zero >= 1 else 1)
-                    for (r, _), c in chunks.items() if r == rank)
-        duration = owned * optimizer / (builder.chip.hbm_bandwidth * builder.eff.memory_bandwidth)
-        duration = offload_step_seconds(builder, owned, duration)  # optimizer CPU offload, if any
+        duration = rank_step_seconds(builder, chunks, rank)
         start = tail[rank] if tail[rank] > barrier else barrier
         tail[rank] = start + (duration + builder.eff.kernel_overhead_s)
         ranks[rank].starts.append(start)
