@@ -102,3 +102,32 @@ def test_memory_report_rows_all_predict():
     skipped = [(r.id, r.status) for r in results if r.predicted is None]
     assert not skipped
     assert all(0.2 < r.predicted / r.measured < 2.0 for r in results)
+
+
+def test_head_activations_are_freed_before_a_layers_recompute_transient():
+    """Under full recompute the step's peak is a layer's re-materialised forward; by then the loss and
+    the head have run their backward and freed what they saved, so the peak holds the layers' saved
+    inputs plus the largest layer transient, not the head's saved activations on top."""
+    from windtunnel.train import step as step_module
+    from windtunnel.train.memory import _layer_transient, layer_saved_bytes, step_memory
+
+    model = small_dense()
+    job = TrainingJob(model=model, cluster=load_hardware("h100-sxm", 8), framework="megatron",
+                      plan=parse_plan("tp=1,pp=1,dp=8,mbs=1,recompute=full,zero=1"), seq_len=2048, global_batch=8)
+    builder = step_module._StepBuilder(job)
+    played = step_module.play_step(builder, exact=False)
+    parts = step_memory(builder, played.chunks).memory.parts
+    head = layer_saved_bytes(builder, "head", "none")
+    layer = _layer_transient(builder, "dense", "full")
+    assert head > 0 and layer > head
+    assert parts["transient"] == pytest.approx(layer - head, rel=1e-9)
+
+
+def test_jax_stack_charges_no_allocator_fragmentation():
+    """A compiled JAX step saves stacked residual arrays and lays out temporaries at compile time: the
+    activations are the saved bytes themselves; an eager stack adds its caching-allocator share."""
+    assert load_stack("jax").memory.fragmentation == 0.0
+    assert load_stack("pytorch-fsdp").memory.fragmentation == pytest.approx(0.05)
+    jax = simulate(_job("jax")).memory_breakdown["activations"]
+    eager_like = simulate(_job(_with("jax", "memory", fragmentation=0.05))).memory_breakdown["activations"]
+    assert eager_like == pytest.approx(1.05 * jax, rel=1e-9)

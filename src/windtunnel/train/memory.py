@@ -318,6 +318,17 @@ def _loss_transient(builder) -> float:
     return per_logit * logits
 
 
+def _head_freed(builder, chunk) -> float:
+    """Bytes of one micro-batch's saved activations gone by the time a layer of ``chunk`` runs its
+    backward: the output head's (final norm input, logits or log-probabilities of the loss). Autograd
+    runs the loss's and the head's backward first and frees what they saved before the last layer's
+    backward begins, so a layer's transient (a fully recomputed layer's re-materialised forward) never
+    coincides with that micro-batch's head activations. Zero for a chunk without the head."""
+    if "head" not in chunk.layers:
+        return 0.0
+    return layer_saved_bytes(builder, "head", "none")
+
+
 def interleaved_peak(chunk_bytes: list[float], pp: int, rank: int, micro_batches: int, *, extra: int = 0) -> float:
     """Peak activation bytes one rank holds under Megatron's interleaved 1F1B schedule, its model
     chunks holding ``chunk_bytes`` per micro-batch. Megatron-Core schedules.py
@@ -419,9 +430,10 @@ def step_memory(builder, chunks: dict) -> StepMemory:
         # first, then each layer's), so only the largest adds to the saved activations.
         transient = 0.0
         for chunk in mine:
+            freed = _head_freed(builder, chunk)
             for kind, mode in zip(chunk.layers, chunk.modes, strict=True):
                 if kind in LAYER_MODULES:
-                    transient = max(transient, _layer_transient(builder, kind, mode))
+                    transient = max(transient, _layer_transient(builder, kind, mode) - freed)
                 elif kind == "head":
                     transient = max(transient, _loss_transient(builder))
         buffers = 0.0
