@@ -113,3 +113,21 @@ def test_zero3_transfer_slows_overlapped_compute():
     assert slowed == pytest.approx(0.12 * 4.0)
     # Transfer longer than the slowed compute: the layer takes the transfer's time.
     assert zero3_exposed(1.0, 4.0, 0.5) == pytest.approx(3.0)
+
+
+def test_jax_stack_runs_on_its_own_calibration_family():
+    """The xla family has a calibration row of its own (the single-node MaxText run G36 in
+    validation/dgxc_training_runs.csv): the jax stack's BF16 GEMMs on H100 use its fit, not Megatron's,
+    while its FP8 GEMMs (no single-node XLA FP8 row) keep the default family's fit."""
+    from windtunnel.cost.efficiency import efficiency_for
+    from windtunnel.specs.hardware import load_hardware
+    from windtunnel.specs.yamlio import catalog_dir, read_yaml
+
+    report = read_yaml(catalog_dir("calibration.yaml"))["fit_report"]
+    assert report["xla generation hopper"]["rows"] == ["G36"]
+    assert set(report["xla generation hopper"]["parameters"]) == {"gemm.bf16", "attention.flash.fwd"}
+    chip = load_hardware("h100-sxm", 8).chip
+    xla, default = efficiency_for(chip, family="xla"), efficiency_for(chip, family="megatron")
+    assert xla.gemm_efficiency("bf16") == pytest.approx(report["xla chip h100-sxm"]["parameters"]["gemm.bf16"])
+    assert xla.gemm_efficiency("bf16") != default.gemm_efficiency("bf16")
+    assert xla.gemm_efficiency("fp8") == default.gemm_efficiency("fp8")

@@ -107,7 +107,8 @@ def _fit_group(scope: str, key: str, members: list[tuple[dict, TrainingJob]], fi
     return override(values), report
 
 
-def calibrate(rows: list[dict], *, write: bool = True) -> dict:
+def calibrate(rows: list[dict], *, write: bool = True,
+              sources: tuple[str, ...] = ("validation/training_runs.csv", "validation/training_runs_2.csv")) -> dict:
     """Fit efficiencies on the calibration rows: per hardware generation (all its calibration rows
     pooled, used by chips without rows of their own), then per chip that has calibration rows; first
     for the default (Megatron) calibration family, then for each other stack family that has
@@ -116,7 +117,7 @@ def calibrate(rows: list[dict], *, write: bool = True) -> dict:
     The free parameters of a group are the GEMM efficiency of each precision its rows use and the
     flash-attention efficiency (forward; backward keeps the prior's ratio to forward), fitted jointly
     by least squares on the log error of the rows' metrics, within physical bounds and with a weak
-    pull towards the priors.
+    pull towards the priors. ``sources`` names the CSVs the rows come from (the written file's header).
     """
     calibration = [r for r in rows if r.get("hardware") in chip_names() and row_role(r, rows) == "calibration"]
     members: list[tuple[dict, TrainingJob]] = []
@@ -146,7 +147,7 @@ def calibrate(rows: list[dict], *, write: bool = True) -> dict:
         del fitted["families"]
     if write:
         header = ("# Fitted efficiencies, written by the developer script `python validation/fit_shipped_calibration.py` "
-                  "(validation/training_runs.csv, validation/training_runs_2.csv).\n"
+                  f"({', '.join(sources)}).\n"
                   "# Fitted on calibration rows only (dense models on a single node, <= 8 devices); generations without one keep\n"
                   "# the priors of efficiency.yaml. Values replace the priors for that hardware generation; families.<name>\n"
                   "# holds the fits of a stack calibration family (stack field calibration_family) over the default ones.\n")
