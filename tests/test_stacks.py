@@ -116,7 +116,7 @@ def test_zero3_transfer_slows_overlapped_compute():
 
 
 def test_jax_stack_runs_on_its_own_calibration_family():
-    """The xla family has a calibration row of its own (the single-node MaxText run G36 in
+    """The xla family has calibration rows of its own (the single-node MaxText runs G36, G37 in
     validation/dgxc_training_runs.csv): the jax stack's BF16 GEMMs on H100 use its fit, not Megatron's,
     while its FP8 GEMMs (no single-node XLA FP8 row) keep the default family's fit."""
     from windtunnel.cost.efficiency import efficiency_for
@@ -124,7 +124,7 @@ def test_jax_stack_runs_on_its_own_calibration_family():
     from windtunnel.specs.yamlio import catalog_dir, read_yaml
 
     report = read_yaml(catalog_dir("calibration.yaml"))["fit_report"]
-    assert report["xla generation hopper"]["rows"] == ["G36"]
+    assert report["xla generation hopper"]["rows"] == ["G36", "G37"]
     assert set(report["xla generation hopper"]["parameters"]) == {"gemm.bf16", "attention.flash.fwd"}
     chip = load_hardware("h100-sxm", 8).chip
     xla, default = efficiency_for(chip, family="xla"), efficiency_for(chip, family="megatron")

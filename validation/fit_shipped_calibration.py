@@ -16,7 +16,7 @@ from windtunnel.validation.training import read_rows
 
 HERE = Path(__file__).parent
 # The files whose calibration rows (the split rule's) are fitted. dgxc_training_runs.csv holds the only
-# single-node JAX run (G36), the xla family's one calibration row. The extra/more files are not read, so
+# single-node JAX runs (G36, G37), the xla family's calibration rows. The extra/more files are not read, so
 # their single-node rows are scored as validation rows (validation/training.py shipped_fit_ids).
 CSVS = ("training_runs.csv", "training_runs_2.csv", "dgxc_training_runs.csv")
 
