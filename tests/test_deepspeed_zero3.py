@@ -117,3 +117,77 @@ def test_module_fetch_pays_one_ring_latency_per_weight():
     large = [m - b for m, b in zip(_zero3_times("module", 512), _zero3_times("layer", 512), strict=True)]
     assert all(d > 0 for d in small)
     assert large[0] > 10 * small[0]
+
+
+def test_small_tensors_of_gpt_and_llama_blocks():
+    """A GPT block (LayerNorm, a bias on every projection) has 8 small tensors per layer, a Llama block
+    (RMSNorm, no biases) 2; the final norm adds its own; tensors at or above the threshold are left out."""
+    from windtunnel.train.zero3 import small_tensors
+
+    llama = small_dense()
+    gpt = llama.model_copy(update={"norm": "layernorm", "activation": "gelu", "linear_bias": True})
+    h = llama.hidden
+    assert small_tensors(llama, 1, 1e9, 4) == {float(h): 2 * 4 + 1}
+    gpt_counts = small_tensors(gpt, 1, 1e9, 4)
+    assert sum(gpt_counts.values()) == 8 * 4 + 2
+    assert gpt_counts[float(h)] == 6 * 4 + 2  # two norms' weight and bias, the two output-side biases
+    assert small_tensors(gpt, 1, float(h), 4) == {}  # nothing is smaller than the hidden width
+    # Column-parallel biases split over TP.
+    assert float(gpt.ffn_hidden) / 2 in small_tensors(gpt, 2, 1e9, 4)
+
+
+def test_deepspeed_regathers_persistent_parameters_after_each_step():
+    """DeepSpeed 0.6.2 all-gathers each parameter under stage3_param_persistence_threshold by its own
+    collective after the optimizer step: the step grows by exactly that many latency-bound all-gathers
+    over the data-parallel group, and not at all without the threshold or below ZeRO-3."""
+    from windtunnel.train.zero3 import small_tensors
+    from windtunnel.train.zero3_stream import persistent_gather_seconds
+
+    with_gathers = simulate(_job("deepspeed"))
+    without = simulate(_job(_sharding(persistence_threshold_params=None)))
+    builder = _StepBuilder(_job("deepspeed"))
+    extra = persistent_gather_seconds(builder, small_dense().layers)
+    counts = small_tensors(small_dense(), 1, 1e5, small_dense().layers)
+    assert extra == pytest.approx(sum(n * builder._dp_collective("all_gather", size, 0.0, 2.0)
+                                      for size, n in counts.items()), rel=1e-12)
+    assert extra > 0
+    assert with_gathers.step_time_s - without.step_time_s == pytest.approx(extra, rel=1e-6)
+    zero2 = TrainingJob(model=small_dense(), cluster=load_hardware("h100-sxm", 8), framework="deepspeed",
+                        plan=parse_plan("tp=1,pp=1,dp=8,mbs=1,recompute=full,zero=2"), seq_len=2048, global_batch=8)
+    assert persistent_gather_seconds(_StepBuilder(zero2), small_dense().layers) == 0.0
+
+
+def test_gpt_rows_carry_projection_biases():
+    row = next(r for r in read_rows(EXTRA) if r["id"] == "X74")
+    job, notes, _ = build_job(row)
+    assert job.model.linear_bias and "GPT block: a bias on every projection" in notes
+
+
+def test_synchronous_offload_copy_serialises_the_reduce_scatters():
+    """With optimizer offload DeepSpeed 0.6.2 copies each reduced partition to the host synchronously inside
+    the gradient hook: the host issues nothing until the bucket's reduce-scatter and the copy are done, so the
+    backward takes compute + reduce-scatter + copy per bucket instead of hiding the reduce-scatters."""
+    from windtunnel.train.zero3_stream import Submodule, play_step
+
+    # No gathers; each layer's weight gradient fills a bucket, and its bias gradient, arriving right after
+    # it, flushes that bucket (a weight larger than the bucket is reduced on its own).
+    layer = [Submodule(0.0, 1.0, 2.0, (10.0, 0.001))]
+    common = dict(recompute=False, gather=lambda n: 0.0, reduce=lambda n: 0.5 if n >= 1 else 0.0,
+                  prefetch_bucket=1.0, max_live=float("inf"), max_reuse=0.0, reduce_bucket=10.0)
+    free = play_step(layer, 4, **common)
+    blocking = play_step(layer, 4, **common, host_copy=lambda n: 0.25 if n >= 1 else 0.0)
+    assert free.backward_s == pytest.approx(4 * 2.0 + 0.5)  # only the last reduce-scatter sticks out
+    assert blocking.backward_s == pytest.approx(4 * (2.0 + 0.5 + 0.25))
+
+
+def test_deepspeed_offload_blocks_on_reduce_only_when_the_stack_says_so():
+    offload = "tp=1,pp=1,dp=8,mbs=1,recompute=full,zero=3,offload_optimizer=1"
+
+    def step(stack) -> float:
+        return simulate(TrainingJob(model=small_dense(), cluster=load_hardware("h100-sxm", 8), framework=stack,
+                                    plan=parse_plan(offload), seq_len=2048, global_batch=8)).step_time_s
+
+    stack = load_stack("deepspeed")
+    relaxed = stack.model_copy(update={"memory": stack.memory.model_copy(update={"optimizer_offload_blocking_copy": False})})
+    assert stack.memory.optimizer_offload_blocking_copy
+    assert step(stack) > step(relaxed)

@@ -76,6 +76,10 @@ class ModelSpec(BaseModel):
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     tied_embeddings: bool = False
     qkv_bias: bool = False
+    # Every projection carries a bias (GPT-2 / GPT-3 blocks, Megatron-LM GPT's add_bias_linear default).
+    # The adds ride in GEMM epilogues and the fused bias-GeLU / bias-dropout-add kernels, so they cost no
+    # operator; they count as small parameter tensors (DeepSpeed ZeRO-3's persistent parameters).
+    linear_bias: bool = False
     # RMSNorm of each head's query and key before the rotary embedding (Qwen3's QK-Norm).
     qk_norm: bool = False
     # Where positions enter: rope (rotary embedding of queries and keys in every layer: Llama, Qwen,

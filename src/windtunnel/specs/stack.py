@@ -124,6 +124,11 @@ class Sharding(_Frozen):
     # The stack can shard over a subgroup of the data-parallel ranks and replicate across subgroups (HSDP, plan
     # dp_shard); the plan search tries it only where this is true.
     hybrid: bool = True
+    # Parameters of fewer elements than this are persistent (DeepSpeed stage3_param_persistence_threshold):
+    # never gathered per submodule, but after every optimizer step each one is all-gathered by its own
+    # collective, the device synchronising at the end (stage3.py _post_step -> _allgather_params_coalesced).
+    # None: no such re-gather (FSDP gathers norms and biases with their block).
+    persistence_threshold_params: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _shared_needs_modules(self) -> Sharding:
@@ -223,6 +228,10 @@ class Memory(_Frozen):
     # Megatron's --overlap-cpu-optimizer-d2h-h2d).
     optimizer_offload_grads: bool = False
     optimizer_offload_overlap: Literal["none", "backward", "pipelined"] = "none"
+    # With 'backward': each reduced gradient partition's copy to the host is synchronous, so the host (which
+    # issues the backward's kernels) waits for that bucket's reduce-scatter and the copy before going on:
+    # the reduce-scatters no longer hide under the backward (played by train/zero3_stream.py).
+    optimizer_offload_blocking_copy: bool = False
 
 
 class Stack(_Frozen):

@@ -21,7 +21,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from windtunnel.specs.errors import WindtunnelError
-from windtunnel.train.memory import GRAD_BYTES, WEIGHT_BYTES, StateBytes
+from windtunnel.train.memory import GRAD_BYTES, LAYER_MODULES, WEIGHT_BYTES, StateBytes
+from windtunnel.train.zero3_stream import persistent_gather_seconds
 
 CPU_ADAM_BYTES_PER_PARAM = 4 * 4.0 + 3 * 4.0 + WEIGHT_BYTES  # loads, stores, the 16-bit copy to send
 COPY_BYTES_PER_PARAM = WEIGHT_BYTES  # 16-bit gradients down, 16-bit parameters up (ZeRO-Offload Sec. 4.1)
@@ -97,11 +98,13 @@ def step_seconds(builder, owned: float, device_seconds: float) -> float:
 def rank_step_seconds(builder, chunks: dict, rank: int) -> float:
     """Seconds of pipeline rank ``rank``'s optimizer step (kernel overhead excluded): the memory-bound Adam
     update over the parameters whose states it owns (sharded over its data-parallel group under ZeRO >= 1),
-    with the plan's CPU-offloaded share stepped on the host (:func:`step_seconds`)."""
+    with the plan's CPU-offloaded share stepped on the host (:func:`step_seconds`), then DeepSpeed ZeRO-3's
+    re-gather of its persistent parameters (:func:`persistent_gather_seconds`, zero for other stacks)."""
     plan, placement = builder.plan, builder.placement
     owned = sum(c.dense_params / (placement.dp.size if plan.zero >= 1 else 1)
                 + c.expert_params / (placement.expert_dp.size if plan.zero >= 1 else 1)
                 for (r, _), c in chunks.items() if r == rank)
     traffic = builder.states.optimizer_traffic(builder.eff.optimizer_bytes_per_param)
     device = owned * traffic / (builder.chip.hbm_bandwidth * builder.eff.memory_bandwidth)
-    return step_seconds(builder, owned, device)
+    layers = sum(kind in LAYER_MODULES for (r, _), c in chunks.items() if r == rank for kind in c.layers)
+    return step_seconds(builder, owned, device) + persistent_gather_seconds(builder, layers)

@@ -23,6 +23,32 @@ def layer_weights(model, tp: int, moe: bool) -> list[float]:
     return [w / max(1, tp) for w in weights]
 
 
+def small_tensors(model, tp: int, threshold: float, layers: int) -> dict[float, int]:
+    """A device's parameter tensors of fewer than ``threshold`` elements, as {elements: count}: for each of
+    its ``layers`` transformer layers
+    the norms (LayerNorm: weight and bias; RMSNorm: weight), QK-Norm weights, the projection biases
+    (``linear_bias``: QKV, output, MLP input and output; ``qkv_bias``: QKV only), each split over
+    ``tp`` where Megatron splits it (column-parallel biases); and the final norm (counted on every device: a
+    tiny overcount under pipelining). Experts and routers are left out (their tensors are large)."""
+    h = model.hidden
+    head_dim = model.head_dim or h // model.heads
+    kv = model.kv_heads or model.heads
+    per_norm = [float(h)] * (2 if model.norm == "layernorm" else 1)
+    layer: list[float] = per_norm * 2
+    if model.qk_norm:
+        layer += [float(head_dim)] * 2
+    if model.linear_bias or model.qkv_bias:
+        layer.append((model.heads + 2 * kv) * head_dim / max(1, tp))
+    if model.linear_bias:
+        up = model.ffn_hidden * (2 if model.activation == "swiglu" else 1)
+        layer += [float(h), up / max(1, tp), float(h)]
+    counts: dict[float, int] = {}
+    for size in [*layer * layers, *per_norm]:
+        if size < threshold:
+            counts[size] = counts.get(size, 0) + 1
+    return counts
+
+
 def reduce_buckets(grads: list[float], bucket: float | None) -> list[float]:
     """Gradient sizes (parameters) grouped as DeepSpeed ZeRO-3 fills its reduce bucket: a gradient that
     would overflow a non-empty bucket first reduces the bucket (stage3.py
@@ -144,10 +170,19 @@ def _play_stream(builder: Any, kind: str, mode: str):
     def reduce(n: float) -> float:
         return builder._dp_collective("reduce_scatter", n, 0.0, builder.states.grads)
 
+    host_copy = None
+    if plan.offload_optimizer and builder.stack.memory.optimizer_offload_blocking_copy:
+        # The offloaded share of each reduced partition goes to host memory, 2 bytes a parameter.
+        link = builder.chip.host_link_bandwidth * builder.eff.host_link
+        share = plan.offload_optimizer / max(1, builder.placement.dp.size)
+
+        def host_copy(n: float) -> float:
+            return n * share * WEIGHT_BYTES / link
+
     played = play_step(layer, layers, recompute=recompute, gather=gather, reduce=reduce,
                        prefetch_bucket=sharding.prefetch_bucket_params,
                        max_live=sharding.max_live_params or float("inf"),
                        max_reuse=sharding.max_reuse_params,
-                       reduce_bucket=sharding.reduce_bucket_params or float("inf"))
+                       reduce_bucket=sharding.reduce_bucket_params or float("inf"), host_copy=host_copy)
     held = builder.comm_units / max(1, builder.coster.eff.compute_units)
     return played, layers, held

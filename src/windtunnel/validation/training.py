@@ -42,6 +42,12 @@ MODEL_FAMILIES: dict[str, dict] = {
     "deepseekv2lite": {"mla_q_lora_rank": None,
                        "source": "DeepSeek-V2-Lite: queries projected directly, no q compression (HF config q_lora_rank "
                                  "null; MindSpeed-LLM 1ea39226 pretrain_deepseek2_lite_16b_ptd_8p.sh passes no --q-lora-rank)"},
+    # After "gptoss" (GPT-OSS keeps its catalog traits): GPT-2/GPT-3-style blocks, as every GPT row here
+    # (Megatron-LM / Megatron-DeepSpeed GPT, PaxML GPT) is.
+    "gpt": {"linear_bias": True,
+            "source": "GPT-3 (Brown et al. 2020, arXiv 2005.14165: the GPT-2 architecture) and Megatron-LM's GPT "
+                      "(megatron/model/transformer.py ParallelAttention/ParallelMLP: bias on query_key_value, dense, "
+                      "dense_h_to_4h and dense_4h_to_h; add_bias_linear default True): every projection has a bias"},
     "minicpm": {"tied_embeddings": True,
                 "source": "MiniCPM: input embedding shared with the output layer (MindSpeed-LLM 1ea39226 "
                           "pretrain_minicpm_8x2b.sh has no --untie-embeddings-and-output-weights; HF config "
@@ -162,7 +168,9 @@ def _row_model(row: dict, notes: list[str], dropout: float = 0.1) -> ModelSpec:
         notes.append(family["source"])
     if family.get("qk_norm"):
         data["qk_norm"] = True
-        notes.append(family["source"])
+    if family.get("linear_bias"):
+        data["linear_bias"] = True
+        notes.append("GPT block: a bias on every projection")
     if "like" in family:
         like = load_model(family["like"])
         if like.attention_window:
