@@ -25,10 +25,9 @@ def layer_weights(model, tp: int, moe: bool) -> list[float]:
 
 def small_tensors(model, tp: int, threshold: float, layers: int) -> dict[float, int]:
     """A device's parameter tensors of fewer than ``threshold`` elements, as {elements: count}: for each of
-    its ``layers`` transformer layers
-    the norms (LayerNorm: weight and bias; RMSNorm: weight), QK-Norm weights, the projection biases
-    (``linear_bias``: QKV, output, MLP input and output; ``qkv_bias``: QKV only), each split over
-    ``tp`` where Megatron splits it (column-parallel biases); and the final norm (counted on every device: a
+    its ``layers`` transformer layers the norms (LayerNorm: weight and bias; RMSNorm: weight), the QK-Norm
+    weights and the projection biases (``linear_bias``: QKV, output, MLP input and output; ``qkv_bias``:
+    QKV only; the column-parallel ones split over ``tp``), and the final norm (counted on every device: a
     tiny overcount under pipelining). Experts and routers are left out (their tensors are large)."""
     h = model.hidden
     head_dim = model.head_dim or h // model.heads

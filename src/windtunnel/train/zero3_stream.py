@@ -246,4 +246,3 @@ def persistent_gather_seconds(builder, layers: int) -> float:
         return 0.0
     counts = small_tensors(builder.job.model, builder.plan.tp, threshold, layers)
     return sum(count * builder._dp_collective("all_gather", size, 0.0, WEIGHT_BYTES) for size, count in counts.items())
-

@@ -168,6 +168,7 @@ def _row_model(row: dict, notes: list[str], dropout: float = 0.1) -> ModelSpec:
         notes.append(family["source"])
     if family.get("qk_norm"):
         data["qk_norm"] = True
+        notes.append(family["source"])
     if family.get("linear_bias"):
         data["linear_bias"] = True
         notes.append("GPT block: a bias on every projection")
