@@ -140,8 +140,7 @@ def test_deepspeed_regathers_persistent_parameters_after_each_step():
     """DeepSpeed 0.6.2 all-gathers each parameter under stage3_param_persistence_threshold by its own
     collective after the optimizer step: the step grows by exactly that many latency-bound all-gathers
     over the data-parallel group, and not at all without the threshold or below ZeRO-3."""
-    from windtunnel.train.zero3 import small_tensors
-    from windtunnel.train.zero3_stream import persistent_gather_seconds
+    from windtunnel.train.zero3 import persistent_gather_seconds, small_tensors
 
     with_gathers = simulate(_job("deepspeed"))
     without = simulate(_job(_sharding(persistence_threshold_params=None)))

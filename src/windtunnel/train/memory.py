@@ -326,7 +326,7 @@ def _head_freed(builder, chunk) -> float:
     coincides with that micro-batch's head activations. Zero for a chunk without the head."""
     if "head" not in chunk.layers:
         return 0.0
-    return layer_saved_bytes(builder, "head", "none")
+    return builder._saved[("head", "none")]  # what _cost_chunk kept for the head
 
 
 def interleaved_peak(chunk_bytes: list[float], pp: int, rank: int, micro_batches: int, *, extra: int = 0) -> float:

@@ -22,7 +22,7 @@ from dataclasses import replace
 
 from windtunnel.specs.errors import WindtunnelError
 from windtunnel.train.memory import GRAD_BYTES, LAYER_MODULES, WEIGHT_BYTES, StateBytes
-from windtunnel.train.zero3_stream import persistent_gather_seconds
+from windtunnel.train.zero3 import persistent_gather_seconds
 
 CPU_ADAM_BYTES_PER_PARAM = 4 * 4.0 + 3 * 4.0 + WEIGHT_BYTES  # loads, stores, the 16-bit copy to send
 COPY_BYTES_PER_PARAM = WEIGHT_BYTES  # 16-bit gradients down, 16-bit parameters up (ZeRO-Offload Sec. 4.1)

@@ -1,5 +1,6 @@
 """DeepSpeed ZeRO-3's transfer units: the weight matrices its parameter coordinator fetches one submodule at a
-time, and the reduce buckets its gradients fill (parameters; seconds come from the collective model)."""
+time, the reduce buckets its gradients fill and the small persistent parameters it re-gathers after each step
+(parameters; seconds come from the collective model)."""
 
 from __future__ import annotations
 
@@ -47,6 +48,25 @@ def small_tensors(model, tp: int, threshold: float, layers: int) -> dict[float, 
             counts[size] = counts.get(size, 0) + 1
     return counts
 
+
+def persistent_gather_seconds(builder, layers: int) -> float:
+    """Seconds DeepSpeed ZeRO-3 spends after each optimizer step re-gathering its persistent parameters
+    (those under the stack's ``sharding.persistence_threshold_params``: norms and biases) on a device
+    holding ``layers`` transformer layers. microsoft/DeepSpeed v0.6.2 stage3.py ``_post_step`` calls
+    ``all_gather`` on the persistent parameters, and partition_parameters.py ``_allgather_params_coalesced``
+    issues one ``_all_gather_base`` per parameter on the data-parallel group (the batching context is
+    commented out), then ``torch.cuda.synchronize()``: the collectives run one after another on the group's
+    stream and nothing overlaps them. Each moves a few kilobytes, so it costs its ring's latency. Zero under
+    ZeRO < 3 or for a stack without the threshold."""
+    from windtunnel.train.memory import WEIGHT_BYTES  # memory imports this module
+
+    if builder.plan.zero < 3 or builder.placement.dp.size <= 1:
+        return 0.0
+    threshold = builder.stack.sharding.persistence_threshold_params
+    if threshold is None:
+        return 0.0
+    counts = small_tensors(builder.job.model, builder.plan.tp, threshold, layers)
+    return sum(count * builder._dp_collective("all_gather", size, 0.0, WEIGHT_BYTES) for size, count in counts.items())
 
 def reduce_buckets(grads: list[float], bucket: float | None) -> list[float]:
     """Gradient sizes (parameters) grouped as DeepSpeed ZeRO-3 fills its reduce bucket: a gradient that

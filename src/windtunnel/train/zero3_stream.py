@@ -225,24 +225,3 @@ def play_step(layer: list[Submodule], layers: int, *, recompute: bool, gather: C
     bwd_compute = layers * sum(m.bwd_s + (m.fwd_s if recompute else 0.0) for m in layer)
     return StreamStep(forward_end, end - forward_end, fwd_compute, bwd_compute,
                       comm_at_forward_end, s.comm_busy - comm_at_forward_end)
-
-
-def persistent_gather_seconds(builder, layers: int) -> float:
-    """Seconds DeepSpeed ZeRO-3 spends after each optimizer step re-gathering its persistent parameters
-    (those under the stack's ``sharding.persistence_threshold_params``: norms and biases) on a device
-    holding ``layers`` transformer layers. microsoft/DeepSpeed v0.6.2 stage3.py ``_post_step`` calls
-    ``all_gather`` on the persistent parameters, and partition_parameters.py ``_allgather_params_coalesced``
-    issues one ``_all_gather_base`` per parameter on the data-parallel group (the batching context is
-    commented out), then ``torch.cuda.synchronize()``: the collectives run one after another on the group's
-    stream and nothing overlaps them. Each moves a few kilobytes, so it costs its ring's latency. Zero under
-    ZeRO < 3 or for a stack without the threshold."""
-    from windtunnel.train.memory import WEIGHT_BYTES
-    from windtunnel.train.zero3 import small_tensors
-
-    if builder.plan.zero < 3 or builder.placement.dp.size <= 1:
-        return 0.0
-    threshold = builder.stack.sharding.persistence_threshold_params
-    if threshold is None:
-        return 0.0
-    counts = small_tensors(builder.job.model, builder.plan.tp, threshold, layers)
-    return sum(count * builder._dp_collective("all_gather", size, 0.0, WEIGHT_BYTES) for size, count in counts.items())
