@@ -7,7 +7,15 @@ import json
 import pytest
 
 from conftest import assert_one_clear_error, tiny_training_csv
-from windtunnel.validation.fidelity import FileResults, over_memory, rank_pairs, ranking, slice_stats
+from windtunnel.validation.fidelity import (
+    SLICE_MIN_ROWS,
+    FileResults,
+    over_memory,
+    over_target,
+    rank_pairs,
+    ranking,
+    slice_stats,
+)
 from windtunnel.validation.rows import RowResult
 
 TINY_IDS = ("21", "23", "24", "11")  # a calibration row, two GPT-3 175B step times on 64 A100s, one H100 TFLOP/s row
@@ -55,9 +63,23 @@ def test_tied_predictions_are_not_concordant():
 def test_slices_and_plans_over_memory():
     rows = [_r("a", 1.0, 1.1), _r("b", 1.0, 0.7, fits=False), _r("c", 1.0, 2.0, role="calibration", fits=False)]
     stats = slice_stats(rows, lambda r: [r.framework])
+    # Throughput rows: measured / predicted step time is predicted / measured throughput (1.1 and 0.7).
     assert stats == [{"slice": "nemo", "median_abs_error": pytest.approx(0.2), "max_abs_error": pytest.approx(0.3),
-                      "rows": 2}]
+                      "rows": 2, "median_step_time_ratio": pytest.approx(0.9)}]
     assert over_memory([FileResults("x/runs.csv", rows)]) == ["runs.csv:b"]
+
+
+def test_slices_over_target_need_enough_rows_and_say_which_way_they_err():
+    fast = [_r(f"f{i}", 1.0, 1.2 + 0.01 * i) for i in range(SLICE_MIN_ROWS)]  # throughput 20-24% high: too fast
+    few = [_r(f"s{i}", 2.0, 1.0, metric="sec_per_iter") for i in range(SLICE_MIN_ROWS - 1)]  # too few rows to count
+    for r in few:
+        r.framework = "jax"
+    stats = slice_stats(fast + few, lambda r: [r.framework])
+    by = {s["slice"]: s for s in stats}
+    assert by["nemo"]["median_step_time_ratio"] > 1 and by["jax"]["median_step_time_ratio"] == pytest.approx(2.0)
+    assert [s["slice"] for s in over_target(stats)] == ["nemo"]
+    within = [_r(f"w{i}", 1.0, 1.05) for i in range(SLICE_MIN_ROWS)]
+    assert over_target(slice_stats(within, lambda r: [r.framework])) == []
 
 
 def _tiny_csv(tmp_path):
@@ -73,6 +95,8 @@ def test_validate_all_writes_report_bands_and_lists_regressions(cli, tmp_path):
     assert [r["id"] for r in doc["rows"]] == ["11", "21", "23", "24"]
     assert {r["file"] for r in doc["rows"]} == {"tiny.csv"}
     assert doc["summary"]["n_validation"] == 3 and doc["summary"]["n_calibration"] == 1
+    assert doc["target"]["median_abs_error"] == 0.12 and isinstance(doc["target"]["over"], list)
+    assert all("median_step_time_ratio" in s for stats in doc["slices"].values() for s in stats)
     assert doc["ranking"]["pairs"] == 1  # rows 23 and 24: same model shape, same chip, step times as throughput
     stacks = {s["slice"]: s["rows"] for s in doc["slices"]["stack"]}
     assert stacks == {"megatron-lm": 1, "megatron-lm-2021": 2}

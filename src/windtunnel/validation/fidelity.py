@@ -20,12 +20,16 @@ from typing import Any
 
 from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.yamlio import read_json
-from windtunnel.validation.bands import THROUGHPUT_METRICS, name_of
+from windtunnel.validation.bands import THROUGHPUT_METRICS, name_of, step_time_ratio
 from windtunnel.validation.rows import RowResult, apct, num, pct, summarize
 
 DEFAULT_CSVS = ("validation/training_runs.csv", "validation/training_runs_2.csv", "validation/extra_training_runs.csv")
 LONG_CONTEXT = 16384  # tokens: a sequence this long or longer is "long context"
 REGRESSION = 0.01  # a row regresses when its |error| grows by more than one percentage point
+# The accuracy each slice should reach (issue 12's done-when line): a slice of at least SLICE_MIN_ROWS
+# validation rows with a median |error| above SLICE_TARGET is listed as over the target.
+SLICE_TARGET = 0.12
+SLICE_MIN_ROWS = 5
 
 
 @dataclass
@@ -107,14 +111,35 @@ SLICE_LEVELS: dict[str, Callable[[RowResult], list[str]]] = {
 
 
 def slice_stats(results: Iterable[RowResult], keys: Callable[[RowResult], list[str]]) -> list[dict]:
-    """Median and max |error| (fractions) and row count of validation rows per slice, sorted by name."""
-    slices: dict[str, list[float]] = {}
+    """Per slice, sorted by name: median and max |error| (fractions) and row count of its validation rows,
+    and which way it errs: the median step-time ratio measured / predicted (above 1: the model predicts
+    the slice too fast; None when no row has a step-time or throughput metric)."""
+    slices: dict[str, list[RowResult]] = {}
     for r in results:
         if r.role == "validation" and r.error is not None:
             for key in keys(r):
-                slices.setdefault(key, []).append(abs(r.error))
-    return [{"slice": name, "median_abs_error": statistics.median(errors), "max_abs_error": max(errors),
-             "rows": len(errors)} for name, errors in sorted(slices.items())]
+                slices.setdefault(key, []).append(r)
+    out = []
+    for name, members in sorted(slices.items()):
+        errors = [abs(r.error) for r in members]
+        ratios = [x for x in (step_time_ratio(r) for r in members) if x is not None]
+        out.append({"slice": name, "median_abs_error": statistics.median(errors), "max_abs_error": max(errors),
+                    "rows": len(errors), "median_step_time_ratio": statistics.median(ratios) if ratios else None})
+    return out
+
+
+def over_target(stats: Iterable[dict]) -> list[dict]:
+    """The slices of at least SLICE_MIN_ROWS validation rows whose median |error| is above SLICE_TARGET."""
+    return [s for s in stats if s["rows"] >= SLICE_MIN_ROWS and s["median_abs_error"] > SLICE_TARGET]
+
+
+def _direction(ratio: float | None) -> str:
+    """How a slice errs, from its median measured / predicted step-time ratio (within 1% of 1: no direction)."""
+    if ratio is None:
+        return ""
+    if abs(ratio - 1.0) < 0.01:
+        return f"{ratio:.3f}"
+    return f"{ratio:.3f} ({'too fast' if ratio > 1 else 'too slow'})"
 
 
 def over_memory(files: list[FileResults]) -> list[str]:
@@ -229,7 +254,8 @@ def regressions(rows: list[dict], baseline_path: str | Path) -> dict[str, Any]:
 def build_document(files: list[FileResults], *, baseline: str | Path | None = None,
                    bands: dict | None = None) -> dict[str, Any]:
     """The `validate all --json` document: rows (with their file), per-file and overall summaries, slices,
-    plans over memory, ranking, bands (when given) and regressions (when a baseline is given)."""
+    the slice target and the finest slices over it, plans over memory, ranking, bands (when given) and
+    regressions (when a baseline is given)."""
     every = [r for f in files for r in f.results]
     rows = [{**r.as_dict(), "file": f.name} for f in files for r in f.results]
     memory = over_memory(files)
@@ -240,10 +266,13 @@ def build_document(files: list[FileResults], *, baseline: str | Path | None = No
                    "ranking": ranking(f.results, f.tokens_per_step, spread)} for f in files],
         "summary": summarize(every),
         "slices": {level: slice_stats(every, keys) for level, keys in SLICE_LEVELS.items()},
+        "target": {"median_abs_error": SLICE_TARGET, "min_rows": SLICE_MIN_ROWS},
         "over_memory": {"count": len(memory), "rows": memory},
         "ranking": overall,
         "rows": rows,
     }
+    finest = next(iter(SLICE_LEVELS))
+    doc["target"]["over"] = [s["slice"] for s in over_target(doc["slices"][finest])]
     if bands is not None:
         doc["bands"] = bands
     if baseline is not None:
@@ -301,6 +330,9 @@ def report_markdown(doc: dict, command: str) -> str:
         f"- ranking: the predictions order **{_share_beyond(rank)}** as the measurements do, and "
         f"{_share(rank)} of distinct jobs over all (section Ranking quality)",
         f"- published plans over memory in the model: {doc['over_memory']['count']} validation rows",
+        f"- slices (stack x chip generation/precision x dense/MoE) of at least {doc['target']['min_rows']} validation "
+        f"rows with a median |error| above {doc['target']['median_abs_error']:.0%}: "
+        + (", ".join(doc["target"]["over"]) or "none"),
         "",
         "## Per file",
         "",
@@ -312,9 +344,9 @@ def report_markdown(doc: dict, command: str) -> str:
                       _share(f["ranking"]["beyond_spread"]), _share(f["ranking"])] for f in doc["files"]])
     for level, stats in doc["slices"].items():
         lines += ["", f"## By {level}", ""]
-        lines += _table(["slice", "median abs error", "max abs error", "rows"],
-                        [[s["slice"], apct(s["median_abs_error"]), apct(s["max_abs_error"]), str(s["rows"])]
-                         for s in stats])
+        lines += _table(["slice", "median abs error", "max abs error", "rows", "median measured / predicted step time"],
+                        [[s["slice"], apct(s["median_abs_error"]), apct(s["max_abs_error"]), str(s["rows"]),
+                          _direction(s["median_step_time_ratio"])] for s in stats])
     lines += ["", "## Published plans over memory", ""]
     lines.append(f"{doc['over_memory']['count']} validation rows: " + (", ".join(doc["over_memory"]["rows"]) or "none")
                  + ". Their step times are still predicted and scored.")
@@ -365,6 +397,8 @@ def print_summary(doc: dict, console: Any) -> None:
                   f"max {apct(s['max_abs_error']) or 'n/a'}; ranking {_share_beyond(doc['ranking'])} "
                   f"(all pairs {_share(doc['ranking'])}); "
                   f"plans over memory: {doc['over_memory']['count']}")
+    console.print(f"slices over the {doc['target']['median_abs_error']:.0%} target (>= {doc['target']['min_rows']} rows): "
+                  + (", ".join(doc["target"]["over"]) or "none"))
     if "regressions" in doc:
         reg = doc["regressions"]
         console.print(f"rows worse than {reg['baseline']} by more than 1 point: {len(reg['worse'])}")
