@@ -36,3 +36,40 @@ def test_validation_rows_infer_positions_and_a_column_overrides():
     assert (model.position_embedding, model.activation, model.norm) == ("rope", "swiglu", "rmsnorm")
     bad = validation.validate_rows([dict(gpt, position_embedding="rotary")])[0]
     assert bad.predicted is None and "position_embedding" in bad.status and "rope, learned, alibi" in bad.status
+
+
+def test_matmul_lookup_is_a_one_hot_gemm_with_a_weight_gradient_only():
+    """Praxis's lookup_style 'matmul' (the paxml stack): one-hot x table GEMMs for the token and learned
+    position tables, 16-bit under FP8, no model FLOPs, and a backward of weight gradients alone."""
+    from windtunnel.graph.ops import backward_of
+    from windtunnel.specs.stack import load_stack
+
+    gpt = load_model("gpt3-175b")
+    shard = Sharding(seq_len=2048, micro_batch=2, tp=2, embedding_matmul=True, precision="fp8")
+    forward = embedding_forward(gpt, shard)
+    gemms = {op.name: op for op in forward.ops if op.kind == "gemm"}
+    assert set(gemms) == {"embedding", "position_embedding"}
+    tokens = 2 * 2048
+    assert gemms["embedding"].flops == 2.0 * tokens * (gpt.vocab // 2) * gpt.hidden  # vocab-parallel under TP
+    assert gemms["position_embedding"].flops == 2.0 * tokens * 2048 * gpt.hidden
+    assert all(op.precision == "bf16" and not op.model_flops for op in gemms.values())
+    backward = backward_of(forward)
+    names = {op.name for op in backward.ops if op.kind == "gemm"}
+    assert names == {"embedding.wgrad", "position_embedding.wgrad"}  # the ids have no gradient
+    assert all(op.weight_grad for op in backward.ops if op.kind == "gemm")
+    # A rotary model has no position table: the token lookup alone.
+    llama = load_model("llama3-8b")
+    assert [op.name for op in embedding_forward(llama, shard).ops if op.kind == "gemm"] == ["embedding"]
+    # The gather is the default; the paxml stack (PaxML GPT configs) asks for the matmul.
+    assert load_stack("jax").kernels.embedding_lookup == "gather"
+    assert load_stack("paxml").kernels.embedding_lookup == "matmul"
+
+
+def test_paxml_stack_pays_for_its_matmul_lookup():
+    from windtunnel.api import simulate_training
+
+    common = dict(model="gpt3-175b", hardware="h100-sxm", devices=128, seq_len=2048, global_batch=256,
+                  plan="tp=1,pp=1,mbs=2,zero=3,recompute=full")
+    jax, pax = (simulate_training(**common, framework=f) for f in ("jax", "paxml"))
+    assert pax.step_time_s > jax.step_time_s
+    assert pax.mfu < jax.mfu  # the one-hot GEMMs are not model FLOPs

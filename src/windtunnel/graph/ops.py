@@ -34,7 +34,8 @@ class Op:
         the backward recomputes the probabilities, so it evaluates as many again). They run on the
         special-function units, whose throughput can bound the kernel instead of the tensor cores.
     backward_bytes: for a memory-bound op, the HBM traffic of its backward when it is not twice the
-        forward's (e.g. a loss whose forward already wrote the gradient).
+        forward's (e.g. a loss whose forward already wrote the gradient); 0 on a GEMM or convolution
+        whose input has no gradient (a one-hot of the token ids, the model's images): weight gradient only.
     host_ops: the host (CPU) work to issue this operator (all ``count`` instances together), in
         units of one eager framework operation (Python, dispatcher and kernel launch); a kernel
         cannot start before the host has issued it.
@@ -150,8 +151,12 @@ def backward_of(forward: OpGraph, *, comm_swap: dict[str, str] | None = None) ->
             m, nn, k = op.shape
             # The data gradient is what the previous operator waits for; the weight gradient only
             # has to finish before the step ends (it is a sink of the backward graph).
+            wgrad = replace(op, name=op.name + ".wgrad", shape=(k, nn, m), weight_grad=True, backward_bytes=None, **base)
+            if op.backward_bytes == 0.0:  # its input has no gradient (a one-hot lookup of the ids): wgrad only
+                new_index[index] = backward.add(wgrad)
+                continue
             new_index[index] = backward.add(replace(op, name=op.name + ".dgrad", shape=(m, k, nn), **base))
-            backward.add(replace(op, name=op.name + ".wgrad", shape=(k, nn, m), weight_grad=True, **base))
+            backward.add(wgrad)
         elif op.kind == "attention":
             new_index[index] = backward.add(replace(op, name=op.name + ".bwd", flops=op.flops * 2.5,
                                                     bytes_moved=op.bytes_moved * 2.0, **base))

@@ -59,6 +59,7 @@ class Sharding:
     gather_index_passes: tuple[float, float, float, float] | None = None  # stack comm.allgather_index_passes
     shared_overlap: bool = True  # stack comm.shared_expert_overlap: shared experts run beside the dispatch
     mla_pad_v: bool = False  # stack kernels.mla_pad_v: MLA's values padded to the query/key head dim
+    embedding_matmul: bool = False  # stack kernels.embedding_lookup 'matmul': one-hot x table GEMMs
 
     @property
     def tokens(self) -> int:
@@ -444,6 +445,10 @@ def captured(graph: OpGraph, graphed: list[range], mode: str) -> OpGraph:
 def embedding_forward(model: ModelSpec, shard: Sharding) -> OpGraph:
     """Input embedding lookup (vocab-parallel under TP) on the first pipeline stage."""
     builder = _Builder(model, shard)
+    if shard.embedding_matmul:
+        lookups = stack_ops.matmul_lookups(builder, model, shard)
+        builder.exit_tp("embedding", lookups)
+        return captured(builder.g, [], shard.cuda_graphs)
     # A gather of the token rows (read and write); learned absolute positions add their table's rows.
     passes = 3.0 if model.position_embedding == "learned" else 2.0
     lookup = builder.memory("embedding", shard.tokens * model.hidden, (), passes=passes)

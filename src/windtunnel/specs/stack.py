@@ -57,6 +57,10 @@ class Kernels(_Frozen):
     # Multi-head latent attention pads its values to the query/key head dim for an attention kernel that
     # takes one head dim (and slices the output back): the value half of attention runs at that dim.
     mla_pad_v: bool = False
+    # How the input embedding looks its rows up: 'gather' (an index into the table, as Megatron, PyTorch
+    # and MaxText do) or 'matmul' (Praxis/PaxML EMBEDDING_LOOKUP_STYLE 'matmul': a one-hot of the tokens
+    # times the table, a GEMM of tokens x vocab x hidden forward and its weight gradient backward).
+    embedding_lookup: Literal["gather", "matmul"] = "gather"
     # The sequential loop's costs beyond the experts' GEMMs, in passes over the permuted tokens
     # (16-bit, rows x hidden) and eager ops: forward (zeros for the output, each expert's output
     # copied into its slice); backward per expert (autograd's CopySlices copies the whole output
