@@ -73,3 +73,25 @@ def test_paxml_stack_pays_for_its_matmul_lookup():
     jax, pax = (simulate_training(**common, framework=f) for f in ("jax", "paxml"))
     assert pax.step_time_s > jax.step_time_s
     assert pax.mfu < jax.mfu  # the one-hot GEMMs are not model FLOPs
+
+
+def test_embedding_lookup_is_a_plan_field_with_the_stack_as_default():
+    from windtunnel.specs.plan import parse_plan
+    from windtunnel.specs.stack import load_stack, with_stack_defaults
+
+    pax, jax = load_stack("paxml"), load_stack("jax")
+    assert with_stack_defaults(parse_plan("tp=1"), pax).embedding_lookup == "matmul"
+    assert with_stack_defaults(parse_plan("tp=1"), jax).embedding_lookup == "gather"
+    # MaxText's GPU recipes pass use_iota_embed=true: the plan says so and wins over the stack.
+    stated = with_stack_defaults(parse_plan("tp=1,embedding_lookup=matmul"), jax)
+    assert stated.embedding_lookup == "matmul" and "embedding_lookup=matmul" in stated.to_string()
+    assert with_stack_defaults(parse_plan("embedding_lookup=gather"), pax).embedding_lookup == "gather"
+
+
+def test_bad_embedding_lookup_is_one_clear_error(cli):
+    proc = cli("train", "simulate", "--model", "llama3-8b", "--hardware", "h100-sxm", "--devices", "8",
+               "--seq-len", "4096", "--global-batch", "8", "--plan", "mbs=1,embedding_lookup=onehot",
+               "--framework", "jax")
+    assert proc.returncode != 0
+    assert "embedding_lookup" in proc.stderr and "onehot" in proc.stderr and "matmul" in proc.stderr
+    assert "Traceback" not in proc.stderr

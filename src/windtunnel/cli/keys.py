@@ -32,6 +32,7 @@ PLAN_KEYS = {
     "dispatcher": "MoE token dispatcher (deepep deduplicates tokens, alltoall, allgather)",
     "expert_gemm": "local experts as one grouped GEMM or Megatron-Core's SequentialMLP loop (sequential)",
     "grad_accum_fusion": "weights whose wgrad GEMM accumulates into the main gradients (all, experts, none)",
+    "embedding_lookup": "input embedding as a gather or a one-hot matmul (MaxText use_iota_embed, Praxis 'matmul')",
     "cp_algo": "how context parallelism exchanges keys and values",
     "cp_overlap": "overlap the CP transfers with attention (false: each waited where issued, as compiled)",
     "overlap_grad_reduce": "reduce DP gradients during the backward (false: after it; --overlap-grad-reduce)",

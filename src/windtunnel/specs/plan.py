@@ -68,6 +68,10 @@ class Plan(BaseModel):
     # grouped experts): all, experts only, or none (each micro-batch's 16-bit gradient is then added to
     # the main gradient by the DDP hook); unset: the stack's kernels.grad_accum_fusion.
     grad_accum_fusion: Literal["all", "experts", "none"] = "all"
+    # How the input embedding looks up its rows: gather (an index into the table) or matmul (a one-hot of
+    # the ids times the table: MaxText use_iota_embed=true, Praxis lookup_style 'matmul'); unset: the
+    # stack's kernels.embedding_lookup.
+    embedding_lookup: Literal["gather", "matmul"] = "gather"
     # How context parallelism exchanges keys and values (the stack's comm.context_parallel when unset):
     # ring (P2P ring attention; Megatron cp_comm_type p2p, MindSpeed megatron_cp_algo), allgather (KV
     # all-gather; torchtitan, Llama 3) or ulysses (head/sequence all-to-alls; DeepSpeed-Ulysses, Megatron
@@ -153,6 +157,8 @@ class Plan(BaseModel):
             parts.append(f"expert_gemm={self.expert_gemm}")
         if self.grad_accum_fusion != "all":
             parts.append(f"grad_accum_fusion={self.grad_accum_fusion}")
+        if self.embedding_lookup != "gather":
+            parts.append(f"embedding_lookup={self.embedding_lookup}")
         if self.cp > 1 and self.cp_algo != "ring":
             parts.append(f"cp_algo={self.cp_algo}")
         if self.etp > 1:
@@ -320,7 +326,8 @@ def parse_plan(text: str | dict | Plan) -> Plan:
         if key == "zero" and isinstance(value, str) and value.lower() in ("true", "false"):
             value = 1 if value.lower() == "true" else 0
         if key in ("recompute", "schedule", "precision", "dispatcher", "cuda_graphs", "order", "recompute_modules",
-                   "grads", "moments", "offload_modules", "cp_algo", "expert_gemm", "grad_accum_fusion") \
+                   "grads", "moments", "offload_modules", "cp_algo", "expert_gemm", "grad_accum_fusion",
+                   "embedding_lookup") \
                 and isinstance(value, str):
             value = value.lower()
         data[key] = value

@@ -346,6 +346,7 @@ _PLAN_DEFAULTS = {
     "overlap_param_gather": lambda stack: stack.comm.overlap_param_gather,
     "expert_gemm": lambda stack: stack.kernels.expert_gemm,
     "grad_accum_fusion": lambda stack: stack.kernels.grad_accum_fusion,
+    "embedding_lookup": lambda stack: stack.kernels.embedding_lookup,
     "reuse_fp32_param": lambda stack: stack.memory.reuse_fp32_param,
     "swap_optimizer": lambda stack: stack.memory.swap_optimizer,
 }

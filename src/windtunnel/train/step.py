@@ -161,7 +161,7 @@ class _StepBuilder(PipelinePlay):
                               cp_grad_bytes=stack.comm.cp_grad_bytes, cp_regather=stack.comm.cp_backward_regather,
                               gather_index_passes=stack.comm.allgather_index_passes,
                               shared_overlap=stack.comm.shared_expert_overlap,
-                              mla_pad_v=kernels.mla_pad_v, embedding_matmul=kernels.embedding_lookup == "matmul",
+                              mla_pad_v=kernels.mla_pad_v, embedding_matmul=plan.embedding_lookup == "matmul",
                               moe_imbalance=job.moe_imbalance if plan.ep > 1 else 1.0,  # ep=1: no rank waits for another
                               precision=plan.precision, dedup_dispatch=plan.dispatcher == "deepep",
                               gather_dispatch=plan.dispatcher == "allgather",
