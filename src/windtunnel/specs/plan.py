@@ -68,9 +68,8 @@ class Plan(BaseModel):
     # grouped experts): all, experts only, or none (each micro-batch's 16-bit gradient is then added to
     # the main gradient by the DDP hook); unset: the stack's kernels.grad_accum_fusion.
     grad_accum_fusion: Literal["all", "experts", "none"] = "all"
-    # How the input embedding looks up its rows: gather (an index into the table) or matmul (a one-hot of
-    # the ids times the table: MaxText use_iota_embed=true, Praxis lookup_style 'matmul'); unset: the
-    # stack's kernels.embedding_lookup.
+    # Input embedding as a gather, or a one-hot of the ids times the table (MaxText use_iota_embed=true,
+    # Praxis lookup_style 'matmul'); unset: the stack's kernels.embedding_lookup.
     embedding_lookup: Literal["gather", "matmul"] = "gather"
     # How context parallelism exchanges keys and values (the stack's comm.context_parallel when unset):
     # ring (P2P ring attention; Megatron cp_comm_type p2p, MindSpeed megatron_cp_algo), allgather (KV
@@ -153,12 +152,9 @@ class Plan(BaseModel):
         ]
         if self.ep > 1:
             parts.append(f"dispatcher={self.dispatcher}")
-        if self.expert_gemm != "grouped":
-            parts.append(f"expert_gemm={self.expert_gemm}")
-        if self.grad_accum_fusion != "all":
-            parts.append(f"grad_accum_fusion={self.grad_accum_fusion}")
-        if self.embedding_lookup != "gather":
-            parts.append(f"embedding_lookup={self.embedding_lookup}")
+        for name, default in (("expert_gemm", "grouped"), ("grad_accum_fusion", "all"), ("embedding_lookup", "gather")):
+            if getattr(self, name) != default:
+                parts.append(f"{name}={getattr(self, name)}")
         if self.cp > 1 and self.cp_algo != "ring":
             parts.append(f"cp_algo={self.cp_algo}")
         if self.etp > 1:
@@ -273,6 +269,9 @@ _ALIASES = {
 _BOOLS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False, "on": True, "off": False}
 _SET_FLAGS = ("reuse_fp32_param", "swap_optimizer", "act_fp8_store")  # off by default: printed when on
 _DP_OVERLAP = ("overlap_grad_reduce", "overlap_param_gather")  # on by default: printed when off
+_LOWERCASE = ("recompute", "schedule", "precision", "dispatcher", "cuda_graphs", "order", "recompute_modules",
+              "grads", "moments", "offload_modules", "cp_algo", "expert_gemm", "grad_accum_fusion",
+              "embedding_lookup")  # name-valued fields, read case-insensitively
 _FLAGS = ("sp", "tp_overlap", "ep_overlap", *_SET_FLAGS, "cp_overlap", *_DP_OVERLAP)  # true/false fields
 
 
@@ -325,10 +324,7 @@ def parse_plan(text: str | dict | Plan) -> Plan:
             value = offload_fraction(value)
         if key == "zero" and isinstance(value, str) and value.lower() in ("true", "false"):
             value = 1 if value.lower() == "true" else 0
-        if key in ("recompute", "schedule", "precision", "dispatcher", "cuda_graphs", "order", "recompute_modules",
-                   "grads", "moments", "offload_modules", "cp_algo", "expert_gemm", "grad_accum_fusion",
-                   "embedding_lookup") \
-                and isinstance(value, str):
+        if key in _LOWERCASE and isinstance(value, str):
             value = value.lower()
         data[key] = value
     from windtunnel.specs.validation import build
