@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from windtunnel.graph.ops import Op, OpGraph
+from windtunnel.graph.ops import Op, OpGraph, no_input_gradient
 
 # Backward FLOPs over forward FLOPs, per kind (stated for `windtunnel graph show` and the docs).
 BACKWARD_FLOPS_FACTOR = {"gemm": 2.0, "conv": 2.0, "bmm": 2.0, "attention": 2.5, "memory": 2.0, "gather": 0.0, "sparse": 1.0}
@@ -31,7 +31,7 @@ def kind_backward(backward: OpGraph, op: Op, base: dict) -> int:
     if op.kind == "conv":
         m, n, k = op.shape
         wgrad = replace(op, name=op.name + ".wgrad", shape=(k, n, m), weight_grad=True, **base)
-        if op.backward_bytes == 0.0:  # marks a convolution on the model input: no data gradient
+        if no_input_gradient(op):
             return backward.add(wgrad)
         index = backward.add(replace(op, name=op.name + ".dgrad", shape=(m, k, n), **base))
         backward.add(wgrad)

@@ -124,6 +124,12 @@ class OpGraph:
         return sum(getattr(op, attribute) * op.count for op in self.ops if kinds is None or op.kind in kinds)
 
 
+def no_input_gradient(op: Op) -> bool:
+    """A GEMM or convolution whose input has no gradient (the model's images, a one-hot of the token ids):
+    marked by ``backward_bytes`` 0; its backward is the weight gradient alone."""
+    return op.kind in ("gemm", "conv") and op.backward_bytes == 0.0
+
+
 def backward_of(forward: OpGraph, *, comm_swap: dict[str, str] | None = None) -> OpGraph:
     """Derive the backward graph of a forward graph: reversed dependencies, backward costs per kind.
 
@@ -152,7 +158,7 @@ def backward_of(forward: OpGraph, *, comm_swap: dict[str, str] | None = None) ->
             # The data gradient is what the previous operator waits for; the weight gradient only
             # has to finish before the step ends (it is a sink of the backward graph).
             wgrad = replace(op, name=op.name + ".wgrad", shape=(k, nn, m), weight_grad=True, backward_bytes=None, **base)
-            if op.backward_bytes == 0.0:  # its input has no gradient (a one-hot lookup of the ids): wgrad only
+            if no_input_gradient(op):
                 new_index[index] = backward.add(wgrad)
                 continue
             new_index[index] = backward.add(replace(op, name=op.name + ".dgrad", shape=(m, k, nn), **base))

@@ -4,8 +4,6 @@ sequential expert loop, PyTorch context parallelism's fp32 merges, Praxis's one-
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 ACT_BYTES = 2
 
 
@@ -86,7 +84,7 @@ def matmul_lookups(builder, model, shard) -> tuple[int, ...]:
     ids' one-hot einsum'd with the table; PaxML's GPT configs set it for the token and the learned position
     tables): the 16-bit one-hot is written, then multiplied by the table (vocab-parallel under TP). The
     one-hot is saved for the table's weight gradient; the ids have no gradient, so the backward runs the
-    weight-gradient GEMM only (backward_bytes 0: no data gradient). These GEMMs are not model FLOPs, and
+    weight-gradient GEMM only (no data gradient). These GEMMs are not model FLOPs, and
     they run in 16 bits whatever the plan's precision (FP8 covers the transformer layers' linears)."""
     tables = [("embedding", model.vocab // shard.tp)]
     if model.position_embedding == "learned":
@@ -94,9 +92,7 @@ def matmul_lookups(builder, model, shard) -> tuple[int, ...]:
     outputs = []
     for name, rows in tables:
         one_hot = builder.memory(name + ".one_hot", shard.tokens * rows, (), passes=1.0)
-        index = builder.gemm(name, shard.tokens, model.hidden, rows, (one_hot,), model_flops=False,
-                             saved=ACT_BYTES * shard.tokens * rows)
-        builder.g.ops[index] = replace(builder.g.ops[index], backward_bytes=0.0,
-                                       precision="bf16" if shard.precision == "fp8" else None)
-        outputs.append(index)
+        outputs.append(builder.gemm(name, shard.tokens, model.hidden, rows, (one_hot,), model_flops=False,
+                                    saved=ACT_BYTES * shard.tokens * rows, input_grad=False,
+                                    precision="bf16" if shard.precision == "fp8" else None))
     return tuple(outputs)

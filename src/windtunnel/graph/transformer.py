@@ -83,7 +83,9 @@ class _Builder:
     # -- helpers -------------------------------------------------------------------------------
     def gemm(self, name: str, m: int, n: int, k: int, deps: tuple[int, ...], *, saved: float | None = None,
              count: int = 1, model_flops: bool = True, sp_input: bool = False,
-             host_ops: float | None = None, backward_host_ops: float | None = None) -> int:
+             host_ops: float | None = None, backward_host_ops: float | None = None,
+             precision: str | None = "plan", input_grad: bool = True) -> int:
+        # precision: the GEMM's own ('plan': the plan's); input_grad False: its input has no gradient.
         # Traffic: read A (m x k) and B (k x n), write C (m x n), 16-bit operands.
         moved = ACT_BYTES * (m * k + k * n + m * n)
         saved_bytes = ACT_BYTES * m * k * count if saved is None else saved
@@ -99,8 +101,9 @@ class _Builder:
             host_ops = self.s.linear_host_ops + (1.0 if self.s.precision == "fp8" else 0.0)
         return self.g.add(Op(name, "gemm", flops=2.0 * m * n * k, bytes_moved=moved, saved_bytes=saved_bytes,
                              shape=(m, n, k), deps=deps, count=count, model_flops=model_flops,
-                             precision=self.s.precision, host_ops=host_ops, library_calls=count if count > 1 else 0,
-                             backward_host_ops=backward_host_ops))
+                             precision=self.s.precision if precision == "plan" else precision, host_ops=host_ops,
+                             library_calls=count if count > 1 else 0, backward_host_ops=backward_host_ops,
+                             backward_bytes=None if input_grad else 0.0))
 
     def memory(self, name: str, elements: float, deps: tuple[int, ...], *, passes: float = 2.0,
                saved: float = 0.0, flops_per_element: float = 1.0, host_ops: float = 1.0,
