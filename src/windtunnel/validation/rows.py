@@ -130,13 +130,21 @@ def slice_lines(title: str, results: Iterable[Any], keys: Callable[[Any], list[s
     return lines
 
 
+_NO_NOTE = "no analysis yet"
+
+
+def far_off_placeholder() -> str:
+    """What a far-off row without an analyst's note shows in a report (tests look for it)."""
+    return _NO_NOTE
+
+
 def far_off_lines(results: list, notes: dict[str, str], label: Callable[[Any], str]) -> list[str]:
     """Rows off by more than 25% with the analyst's note, then other rows that have notes."""
     far = [r for r in results if r.error is not None and abs(r.error) > 0.25]
     lines = ["", "## Where the model is far off (|error| > 25%)", ""]
     if not far:
         lines.append("No predicted row is off by more than 25%.")
-    lines += [f"- **{r.id}** ({label(r)}): {notes.get(r.id, 'no analysis yet')}" for r in far]
+    lines += [f"- **{r.id}** ({label(r)}): {notes.get(r.id, _NO_NOTE)}" for r in far]
     other = [r for r in results if r.id in notes and r not in far]
     if other:
         lines += ["", "Other rows with notes:", ""]
