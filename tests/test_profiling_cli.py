@@ -157,7 +157,8 @@ def test_bad_probe_record_is_one_clear_error(tmp_path):
 
 @pytest.mark.parametrize(("name", "chip"), [("NVIDIA H100 80GB HBM3", "h100-sxm"), ("NVIDIA H200", "h200"),
                                             ("NVIDIA A100-SXM4-80GB", "a100-80g"), ("NVIDIA B200", "b200"),
-                                            ("NVIDIA GB200", "gb200")])
+                                            ("NVIDIA GB200", "gb200"), ("NVIDIA B300 SXM6 AC", "b300"),
+                                            ("NVIDIA GB300", "gb300")])
 def test_device_names_map_to_catalog_chips(name, chip):
     assert detect_chip(name) == chip
 

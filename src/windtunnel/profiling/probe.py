@@ -24,7 +24,7 @@ from windtunnel.specs.hardware import chip_names
 # torch.cuda.get_device_name() -> catalog chip id: (all substrings that must appear, chip id), first match wins.
 # Names as the CUDA driver reports them (e.g. "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "NVIDIA H200").
 DEVICE_NAMES = (
-    (("GB300",), "gb300"), (("GB200",), "gb200"), (("B200",), "b200"), (("H200",), "h200"), (("H800",), "h800"),
+    (("GB300",), "gb300"), (("GB200",), "gb200"), (("B300",), "b300"), (("B200",), "b200"), (("H200",), "h200"), (("H800",), "h800"),
     (("H100", "HBM3"), "h100-sxm"), (("H100", "SXM"), "h100-sxm"), (("A100", "80GB"), "a100-80g"),
     (("A100", "40GB"), "a100-40g"), (("910B",), "ascend-910b"), (("910C",), "ascend-910c"),
 )
