@@ -162,3 +162,58 @@ def test_routing_bookkeeping_has_no_backward_host_cost():
     assert backward["router.dgrad"].host_ops + backward["router.wgrad"].host_ops == router.backward_host_ops
     # Operators without a stated backward cost keep the forward's.
     assert backward["qkv_proj.dgrad"].host_ops == next(op for op in forward.ops if op.name == "qkv_proj").host_ops
+
+
+def _host(model_name: str, mode: str, *, moe: bool) -> dict[str, float]:
+    graph = layer_forward(load_model(model_name), Sharding(ep=8 if moe else 1, seq_len=4096, cuda_graphs=mode), moe=moe)
+    return {op.name: op.host_ops for op in graph.ops}
+
+
+def test_each_cuda_graph_scope_captures_its_own_region():
+    eager = _host("qwen3-30b-a3b", "none", moe=True)
+    router_only = _host("qwen3-30b-a3b", "moe_router", moe=True)
+    routing = _host("qwen3-30b-a3b", "moe_router+moe_preprocess", moe=True)
+    attn = _host("qwen3-30b-a3b", "attn", moe=True)
+    # The router alone is one launch; the preprocessing after it stays eager.
+    assert router_only["router"] == 1.0 and router_only["permute"] == eager["permute"] > 1.0
+    # Router and preprocessing together are one graph, and attention stays eager.
+    assert routing["router"] == 1.0 and routing["permute"] == 0.0
+    assert routing["qkv_proj"] == eager["qkv_proj"] > 0.0
+    # Attention alone: its region is one launch, the routing path stays eager.
+    assert attn["attn_norm"] == 1.0 and attn["qkv_proj"] == 0.0 and attn["router"] == eager["router"]
+    # All four scopes are what 'modules' captures.
+    assert _host("qwen3-30b-a3b", "attn+moe_router+moe_preprocess", moe=True) == _host("qwen3-30b-a3b", "modules", moe=True)
+    dense_mlp = _host("llama3-8b", "mlp", moe=False)
+    assert dense_mlp["qkv_proj"] == _host("llama3-8b", "none", moe=False)["qkv_proj"] > 0.0
+    assert _host("llama3-8b", "attn+mlp", moe=False) == _host("llama3-8b", "modules", moe=False)
+
+
+def test_captured_routing_still_waits_for_the_token_counts():
+    graph = layer_forward(load_model("qwen3-30b-a3b"), Sharding(ep=8, seq_len=4096, cuda_graphs="moe_router+moe_preprocess"),
+                          moe=True)
+    assert next(op for op in graph.ops if op.name == "permute").host_sync
+
+
+def test_scoped_graphs_cut_host_time_between_none_and_modules():
+    none, routing, modules = (_graphed_step(mode) for mode in ("none", "moe_router+moe_preprocess", "modules"))
+    assert none.breakdown["host_overhead"] > routing.breakdown["host_overhead"] > modules.breakdown["host_overhead"]
+    assert any("CUDA-graphed scopes moe_router, moe_preprocess" in line for line in routing.assumptions)
+
+
+@pytest.mark.parametrize(("text", "canonical"), [("moe_preprocess+moe_router+attn", "attn+moe_router+moe_preprocess"),
+                                                 ("MLP+attn", "attn+mlp"), ("modules", "modules")])
+def test_cuda_graph_scopes_parse_in_canonical_order(text, canonical):
+    plan = parse_plan("tp=1,pp=1,cuda_graphs=" + text)
+    assert plan.cuda_graphs == canonical
+    assert parse_plan(plan.to_string()).cuda_graphs == canonical
+
+
+@pytest.mark.parametrize(("value", "words"), [("moe_preprocess", "needs moe_router"),
+                                              ("attn+router", "moe_router, moe_preprocess")])
+def test_bad_cuda_graph_scopes_are_one_clear_error(cli, value, words):
+    from conftest import assert_one_clear_error
+
+    proc = cli("train", "simulate", "--model", "qwen3-30b-a3b", "--hardware", "b200", "--devices", "8",
+               "--global-batch", "8", "--plan", f"tp=1,pp=1,ep=8,cuda_graphs={value}")
+    assert_one_clear_error(proc, "cuda_graphs", value)
+    assert words in proc.stderr + proc.stdout

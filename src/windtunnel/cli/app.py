@@ -207,7 +207,8 @@ def train_search(
     no_flash: bool = typer.Option(False, "--no-flash", help="Unfused attention (scores materialised)."),
     unfused_loss: bool = typer.Option(False, "--unfused-loss", help=UNFUSED_LOSS_HELP),
     cuda_graphs: str = typer.Option("none", help="How kernels are issued in every plan: none (eager), modules "
-                                    "(attention, dense MLP, MoE router captured) or full (whole-step graph)."),
+                                    "(attention, dense MLP, MoE router and preprocess captured), full (whole-step "
+                                    "graph) or scopes joined by '+' (attn, mlp, moe_router, moe_preprocess)."),
     grads: str | None = typer.Option(None, help="Main-gradient dtype in every plan (fp32 or bf16; also the DP "
                                      "reduction; default: the stack's)."),
     moments: str = typer.Option("fp32", help="Adam moment dtype in every plan (fp32 or bf16)."),
@@ -241,6 +242,7 @@ def train_search(
     from windtunnel.search.backends import make_backend
     from windtunnel.specs.hardware import load_hardware
     from windtunnel.specs.plan import Plan
+    from windtunnel.specs.plan_checks import cuda_graphs_value
     from windtunnel.specs.stack import load_stack, with_stack_defaults
     from windtunnel.train.search import search_training
     from windtunnel.train.space import SearchSpace
@@ -250,8 +252,10 @@ def train_search(
     stack_plan = with_stack_defaults(Plan(), load_stack(framework))
     grads = stack_plan.grads if grads is None else grads
     dispatcher = stack_plan.dispatcher if dispatcher is None else dispatcher
-    if cuda_graphs not in ("none", "modules", "full"):
-        raise WindtunnelError(f"Field 'cuda_graphs' is '{cuda_graphs}'; valid: none, modules, full.", field="cuda_graphs")
+    try:
+        cuda_graphs = cuda_graphs_value(cuda_graphs)
+    except ValueError as err:
+        raise WindtunnelError(f"Field 'cuda_graphs' is '{cuda_graphs}': {err}.", field="cuda_graphs") from None
     for name, value in (("grads", grads), ("moments", moments)):
         if value not in ("fp32", "bf16"):
             raise WindtunnelError(f"Field '{name}' is '{value}'; valid: fp32, bf16.", field=name)

@@ -37,7 +37,7 @@ PLAN_KEYS = {
     "cp_overlap": "overlap the CP transfers with attention (false: each waited where issued, as compiled)",
     "overlap_grad_reduce": "reduce DP gradients during the backward (false: after it; --overlap-grad-reduce)",
     "overlap_param_gather": "all-gather ZeRO parameters under the first forward (false: before it)",
-    "cuda_graphs": "kernels captured in CUDA graphs: none (eager), modules, full (whole step)",
+    "cuda_graphs": "kernels captured in CUDA graphs: none (eager), modules, full (whole step), or scopes attn, mlp, moe_router, moe_preprocess joined by '+'",
     "grads": "main-gradient dtype (also the DP reduction's)",
     "moments": "Adam moment dtype",
     "offload_layers": "first N layers' activations offloaded to host memory (pp=1, no recompute)",

@@ -9,9 +9,10 @@ Units: FLOPs, bytes, tokens.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from windtunnel.graph import context_parallel, stack_ops
+from windtunnel.graph.cuda_graphs import captured
 from windtunnel.graph.ops import Op, OpGraph
 from windtunnel.specs.model import ModelSpec
 
@@ -77,8 +78,8 @@ class _Builder:
         self.model = model
         self.s = shard
         self.g = OpGraph()
-        # Index ranges of the operators a "modules" CUDA-graph capture covers.
-        self.graphed: list[range] = []
+        # Index ranges of the operators each CUDA-graph scope covers (plan_checks.CUDA_GRAPH_SCOPES).
+        self.graphed: list[tuple[str, range]] = []
 
     # -- helpers -------------------------------------------------------------------------------
     def gemm(self, name: str, m: int, n: int, k: int, deps: tuple[int, ...], *, saved: float | None = None,
@@ -352,7 +353,8 @@ class _Builder:
         router = self.gemm("router", tokens, moe.experts, m.hidden, x, host_ops=4.0, backward_host_ops=3.0)
         permute = self.memory("permute", tokens * moe.topk * m.hidden, (router,), passes=2.0, saved=0.0,
                               host_ops=15.0, backward_host_ops=1.0, host_sync=True)
-        self.graphed.append(range(router, permute + 1))
+        self.graphed.append(("moe_router", range(router, router + 1)))
+        self.graphed.append(("moe_preprocess", range(permute, permute + 1)))
         routed_tokens = tokens * moe.topk
         # An all-to-all ends when the busiest rank has received (dispatch) or sent (combine) its imbalance x share.
         sent = s.dispatch_bytes * routed_tokens * m.hidden * s.moe_imbalance
@@ -417,32 +419,14 @@ def layer_forward(model: ModelSpec, shard: Sharding, *, moe: bool) -> OpGraph:
     """Forward DAG of one transformer layer on one rank for one micro-batch."""
     builder = _Builder(model, shard)
     x = builder.attention(())
-    builder.graphed.append(range(0, len(builder.g)))
+    builder.graphed.append(("attn", range(0, len(builder.g))))
     if moe:
         builder.moe_mlp(x)
     else:
         start = len(builder.g)
         builder.dense_mlp(x)
-        builder.graphed.append(range(start, len(builder.g)))
+        builder.graphed.append(("mlp", range(start, len(builder.g))))
     return captured(builder.g, builder.graphed, shard.cuda_graphs)
-
-
-def captured(graph: OpGraph, graphed: list[range], mode: str) -> OpGraph:
-    """The graph with host costs as CUDA-graph capture leaves them.
-
-    A captured region is replayed with one graph launch, so its host cost is one op and no
-    library calls; ``full`` captures everything, which needs a dropless dispatcher that sizes the
-    all-to-all and the grouped GEMMs on the device, so the host never waits for token counts.
-    """
-    if mode == "none":
-        return graph
-    if mode == "full":
-        return OpGraph([replace(op, host_ops=0.0, library_calls=0, host_sync=False) for op in graph.ops])
-    ops = list(graph.ops)
-    for region in graphed:
-        for index in region:
-            ops[index] = replace(ops[index], host_ops=1.0 if index == region.start else 0.0, library_calls=0)
-    return OpGraph(ops)
 
 
 def embedding_forward(model: ModelSpec, shard: Sharding) -> OpGraph:

@@ -11,15 +11,10 @@ from windtunnel.specs.layout import BALANCED, stage_modules
 from windtunnel.specs.model import ModelSpec
 from windtunnel.specs.modules import OFFLOAD_MODULES, RECOMPUTE_MODULES
 from windtunnel.specs.plan_checks import OFFLOAD_OPTIMIZER_ALIASES as _OFFLOAD_OPT
-from windtunnel.specs.plan_checks import check_dp_shard, check_offload, divisors, offload_fraction
+from windtunnel.specs.plan_checks import CudaGraphs, check_dp_shard, check_offload, divisors, offload_fraction
 
 Recompute = Literal["none", "selective", "full"]
 Schedule = Literal["1f1b", "interleaved", "dualpipe"]
-# How much of a step is captured in CUDA graphs (host cost of the captured kernels is one graph
-# launch): none (eager), modules (attention, dense MLP and the MoE router/preprocessing, as
-# Megatron's transformer_engine graph scopes attn, mlp, moe_router, moe_preprocess), full (the whole
-# iteration; needs a sync-free dropless dispatcher, so the host never waits for token counts).
-CudaGraphs = Literal["none", "modules", "full"]
 
 
 class Plan(BaseModel):

@@ -6,7 +6,9 @@ names the field, its value and what would be valid.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
+
+from pydantic import AfterValidator
 
 from windtunnel.specs.errors import WindtunnelError
 
@@ -42,6 +44,47 @@ def offload_fraction(value: object) -> float:
             "memory and stepped on the CPU, a number from 0 (none, the default) to 1 (all; DeepSpeed "
             "offload_optimizer device cpu), or true/cpu (1) / false/none (0).", field="offload_optimizer")
     return share
+
+
+# How much of a step is captured in CUDA graphs; a captured region's kernels cost the host one graph launch.
+# none (eager); full (the whole iteration: needs a sync-free dropless dispatcher, so the host never waits
+# for token counts); or Megatron-Core's transformer_engine graph scopes (--cuda-graph-scope) joined by '+':
+# attn, mlp (a dense layer's MLP), moe_router and moe_preprocess (the dispatcher's preprocessing, which
+# Megatron-Core captures only together with moe_router). modules = all four. The host still waits for the
+# dropless token counts after the preprocess (megatron/core/transformer/moe/token_dispatcher.py at core_v0.15.0,
+# _maybe_dtoh_and_synchronize), so a scope removes host issue cost, not that wait.
+CUDA_GRAPH_MODES = ("none", "modules", "full")
+CUDA_GRAPH_SCOPES = ("attn", "mlp", "moe_router", "moe_preprocess")
+
+
+def cuda_graph_scopes(mode: str) -> frozenset[str]:
+    """The scopes a plan's ``cuda_graphs`` value captures (``full`` captures these and everything else)."""
+    if mode == "none":
+        return frozenset()
+    if mode in ("modules", "full"):
+        return frozenset(CUDA_GRAPH_SCOPES)
+    return frozenset(mode.split("+"))
+
+
+def cuda_graphs_value(value: str) -> str:
+    """A valid ``cuda_graphs`` value in canonical form (scopes in CUDA_GRAPH_SCOPES order); else a ValueError
+    saying what would be valid."""
+    text = str(value).strip().lower()
+    if text in CUDA_GRAPH_MODES:
+        return text
+    scopes = text.split("+")
+    bad = [scope for scope in scopes if scope not in CUDA_GRAPH_SCOPES]
+    if bad:
+        raise ValueError(f"unknown CUDA-graph scope(s) {', '.join(repr(b) for b in bad)}; valid: "
+                         f"{', '.join(CUDA_GRAPH_MODES)}, or scopes among {', '.join(CUDA_GRAPH_SCOPES)} joined by "
+                         "'+' (e.g. attn+moe_router+moe_preprocess)")
+    if "moe_preprocess" in scopes and "moe_router" not in scopes:
+        raise ValueError("scope moe_preprocess needs moe_router (Megatron-Core captures the dispatcher's "
+                         "preprocessing with the router); add moe_router")
+    return "+".join(scope for scope in CUDA_GRAPH_SCOPES if scope in scopes)
+
+
+CudaGraphs = Annotated[str, AfterValidator(cuda_graphs_value)]
 
 
 def divisors(n: int) -> list[int]:

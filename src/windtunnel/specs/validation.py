@@ -23,6 +23,7 @@ def build(model_type: type[M], data: Any, what: str) -> M:
             loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
             value = err.get("input")
             shown = "missing" if err["type"] == "missing" else f"value {value!r:.60}"
-            parts.append(f"field '{loc}' ({shown}): {err['msg']}")
+            # A validator's ValueError reaches here as "Value error, <its message>": keep the message.
+            parts.append(f"field '{loc}' ({shown}): {err['msg'].removeprefix('Value error, ')}")
         more = f" (and {len(exc.errors()) - 4} more)" if len(exc.errors()) > 4 else ""
         raise WindtunnelError(f"{what} is invalid: " + "; ".join(parts) + more + ".") from exc

@@ -12,6 +12,11 @@ _GRAPHS = {
 }
 
 
+def _graphs_text(mode: str) -> str:
+    """How the plan's ``cuda_graphs`` issues kernels, in words (a '+'-joined scope list names its scopes)."""
+    return _GRAPHS.get(mode) or f"eagerly except the CUDA-graphed scopes {mode.replace('+', ', ')} (one launch each)"
+
+
 def _dualpipe_order(builder: Any) -> list[str]:
     """The line saying which DualPipe order the step plays (train/schedule.dualpipe), if it is DualPipe."""
     if builder.schedule != "dualpipe":
@@ -52,7 +57,7 @@ def step_assumptions(job: Any, builder: Any) -> list[str]:
         f"memory: 16-bit weights, {builder.states.grads:.0f}-byte main gradients, {builder.states.optimizer:.0f} "
         "bytes/param optimizer state; 2 GiB framework reserve; 5% allocator fragmentation on activations",
         "efficiencies from catalog/efficiency.yaml merged with catalog/calibration.yaml",
-        f"host issues kernels {_GRAPHS[plan.cuda_graphs]}: {builder.eff.host_op_s * 1e6:.1f} us per framework op, "
+        f"host issues kernels {_graphs_text(plan.cuda_graphs)}: {builder.eff.host_op_s * 1e6:.1f} us per framework op, "
         f"{builder.eff.host_library_call_s * 1e6:.0f} us per per-expert GEMM call"
         + ("; it waits for MoE token counts before the dispatch" if model.moe and plan.cuda_graphs != "full" else ""),
     ]
