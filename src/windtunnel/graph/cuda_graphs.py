@@ -29,14 +29,16 @@ def captured(graph: OpGraph, graphed: list[tuple[str, range]], mode: str) -> OpG
     if mode == "full":
         return OpGraph([replace(op, host_ops=0.0, library_calls=0, host_sync=False) for op in graph.ops])
     scopes = cuda_graph_scopes(mode)
-    regions = [region for scope, region in graphed if scope in scopes]
-    if {"moe_router", "moe_preprocess"} <= scopes:
-        moe = [region for scope, region in graphed if scope in ("moe_router", "moe_preprocess")]
-        regions = [region for scope, region in graphed if scope in scopes - {"moe_router", "moe_preprocess"}]
-        if moe:
-            regions.append(range(moe[0].start, moe[-1].stop))
+    regions: list[tuple[str, range]] = []
+    for scope, region in graphed:
+        if scope not in scopes:
+            continue
+        if scope == "moe_preprocess" and regions and regions[-1][0] == "moe_router":
+            regions[-1] = ("moe_router", range(regions[-1][1].start, region.stop))  # one graph with its router
+        else:
+            regions.append((scope, region))
     ops = list(graph.ops)
-    for region in regions:
+    for _, region in regions:
         for index in region:
             ops[index] = replace(ops[index], host_ops=1.0 if index == region.start else 0.0, library_calls=0)
     return OpGraph(ops)
