@@ -201,7 +201,8 @@ def test_scoped_graphs_cut_host_time_between_none_and_modules():
 
 
 @pytest.mark.parametrize(("text", "canonical"), [("moe_preprocess+moe_router+attn", "attn+moe_router+moe_preprocess"),
-                                                 ("MLP+attn", "attn+mlp"), ("modules", "modules")])
+                                                 ("MLP+attn", "attn+mlp"), ("modules", "modules"),
+                                                 ("moe_preprocess+mlp+moe_router+attn", "modules")])
 def test_cuda_graph_scopes_parse_in_canonical_order(text, canonical):
     plan = parse_plan("tp=1,pp=1,cuda_graphs=" + text)
     assert plan.cuda_graphs == canonical

@@ -81,7 +81,9 @@ def cuda_graphs_value(value: str) -> str:
     if "moe_preprocess" in scopes and "moe_router" not in scopes:
         raise ValueError("scope moe_preprocess needs moe_router (Megatron-Core captures the dispatcher's "
                          "preprocessing with the router); add moe_router")
-    return "+".join(scope for scope in CUDA_GRAPH_SCOPES if scope in scopes)
+    canonical = "+".join(scope for scope in CUDA_GRAPH_SCOPES if scope in scopes)
+    # Every scope at once is the same capture as 'modules': one spelling, so search and reports see one plan.
+    return "modules" if canonical == "+".join(CUDA_GRAPH_SCOPES) else canonical
 
 
 CudaGraphs = Annotated[str, AfterValidator(cuda_graphs_value)]

@@ -68,6 +68,7 @@ def persistent_gather_seconds(builder, layers: int) -> float:
     counts = small_tensors(builder.job.model, builder.plan.tp, threshold, layers)
     return sum(count * builder._dp_collective("all_gather", size, 0.0, WEIGHT_BYTES) for size, count in counts.items())
 
+
 def reduce_buckets(grads: list[float], bucket: float | None) -> list[float]:
     """Gradient sizes (parameters) grouped as DeepSpeed ZeRO-3 fills its reduce bucket: a gradient that
     would overflow a non-empty bucket first reduces the bucket (stage3.py
