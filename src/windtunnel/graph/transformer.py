@@ -22,6 +22,21 @@ ACT_BYTES = 2  # bf16/fp16 activations
 TE_MODULE_HOST_OPS = 2.7
 
 
+def _activation_passes(glu: bool, fused: bool) -> tuple[float, float, float]:
+    """HBM passes over the up projection's output (forward, backward) and kernel launches of the MLP
+    activation. Fused (one kernel each way): a GLU reads both halves and writes the half-width product
+    (1.5), and its backward reads the product's gradient and both halves and writes both halves'
+    gradients (0.5 + 1 + 1 = 2.5); a plain GeLU reads and writes the full width (2), and its backward
+    reads the gradient and the input and writes the input's gradient (3). Eager PyTorch SwiGLU is two
+    kernels, SiLU on the gate half then the product (0.5 + 0.5, then 0.5 + 0.5 + 0.5 = 2.5); its backward
+    runs the product's (reads the gradient and both factors, writes two gradients: 2.5) and SiLU's
+    (reads the gradient and the gate, writes the gate's gradient: 1.5), 4 in all. Eager GeLU is one kernel
+    each way, as fused."""
+    if glu:
+        return (1.5, 2.5, 1.0) if fused else (2.5, 4.0, 2.0)
+    return 2.0, 3.0, 1.0
+
+
 @dataclass(frozen=True)
 class Sharding:
     """How one layer is split on a rank, and the kernels it uses."""
@@ -306,14 +321,12 @@ class _Builder:
                                     backward_bytes=5.0 * ACT_BYTES * up_elements, backward_host_ops=3.0,
                                     unvectorized=0.5)
         act_saved = ACT_BYTES * up_elements
-        # The same function builds its linear-offset constant with torch.tensor(..., device=cuda) on every
-        # call: a blocking host-to-device copy, so the host waits there. Fused, the activation reads its input
-        # once and writes the (half-width, for a GLU) output: 1.5 passes. Eager PyTorch: GeLU reads and writes
-        # the whole width (2 passes); SiLU on the gate half, then the product, re-read it (2.5 passes, 2 launches).
-        passes, launches = (1.5, 1.0) if self.s.fused_elementwise else \
-            ((2.5, 2.0) if m.activation == "swiglu" else (2.0, 1.0))
+        # With the clamp, the same function builds its linear-offset constant with torch.tensor(..., device=cuda)
+        # on every call: a blocking host-to-device copy, so the host waits there.
+        passes, backward_passes, launches = _activation_passes(m.activation == "swiglu", self.s.fused_elementwise)
         act = self.memory(prefix + ".act", up_elements, (act_input,), passes=passes, saved=act_saved,
-                          host_ops=(2.0 if clamp else launches), host_sync=clamp, backward_host_ops=launches)
+                          host_ops=(2.0 if clamp else launches), host_sync=clamp, backward_host_ops=launches,
+                          backward_bytes=backward_passes * ACT_BYTES * up_elements)
         down = self.gemm(prefix + ".down_proj", tokens, m.hidden, width, (act,), count=count)
         if not bias:
             return down
