@@ -6,11 +6,10 @@ from __future__ import annotations
 import pytest
 
 from windtunnel.graph.ops import backward_of
-from windtunnel.graph.transformer import Sharding, layer_forward
+from windtunnel.graph.transformer import ACT_BYTES, Sharding, layer_forward
 from windtunnel.specs.model import load_model
 
 SEQ = 4096
-ACT_BYTES = 2
 
 
 def _act_traffic(model_id: str, fused: bool) -> tuple[float, float, float]:
@@ -36,7 +35,7 @@ def test_activation_moves_what_its_kernels_read_and_write(model_id, fused, forwa
     assert backward == pytest.approx(backward_passes * ACT_BYTES * elements)
 
 
-def test_a_glu_backward_moves_less_than_twice_its_forward_and_gelu_more():
+def test_backward_moves_under_twice_the_forward_and_a_glu_more_per_forward_pass_than_gelu():
     glu_forward, glu_backward, _ = _act_traffic("llama3-8b", True)
     gelu_forward, gelu_backward, _ = _act_traffic("gpt3-175b", True)
     assert glu_backward < 2.0 * glu_forward
