@@ -82,7 +82,7 @@ def test_rule_keeps_catalogued_pretraining_rows_of_the_later_releases():
     # of the figure and named in the notes.
     assert (gpt["ep"], gpt["vpp"], gpt["precision"], gpt["zero_stage"], gpt["moe_imbalance"]) == ("16", "1", "fp8", "", "1.0")
     assert "TFLOP/s/GPU 661 " in gpt["notes"] and "cudnn-frontend#256" in gpt["notes"]
-    assert gpt["devices_per_node"] == "" and gpt["value"] == "20288"
+    assert gpt["devices_per_node"] == "" and gpt["value"] == "20288" and gpt["release"] == "nemo-26.06.01"
     # FSDP > 0 is Megatron-FSDP, with the recipe's CPU offload carried from the 26.02 rows.
     assert (fsdp["zero_stage"], fsdp["plan_options"], fsdp["ep"]) == ("3", "offload_layers=40", "1")
     # 16 x 8 virtual stages for 126 layers: the embedding and the loss are a stage each.

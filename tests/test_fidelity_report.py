@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 
@@ -18,14 +21,16 @@ from windtunnel.validation.fidelity import (
 )
 from windtunnel.validation.rows import RowResult
 
+ROOT = Path(__file__).resolve().parents[1]
 TINY_IDS = ("21", "23", "24", "11")  # a calibration row, two GPT-3 175B step times on 64 A100s, one H100 TFLOP/s row
 
 
 def _r(rid: str, measured: float, predicted: float, *, metric: str = "tokens_per_s_per_device", model: str = "m",
-       chip: str = "h100-sxm", role: str = "validation", devices: int = 64, fits: bool | None = True) -> RowResult:
+       chip: str = "h100-sxm", role: str = "validation", devices: int = 64, fits: bool | None = True,
+       release: str = "", job_key: str = "") -> RowResult:
     return RowResult(rid, metric, measured, predicted, (predicted - measured) / measured, role, "predicted",
                      group="hopper/16bit", framework="nemo", fits=fits, chip=chip, model=model, seq_len=4096,
-                     devices=devices)
+                     devices=devices, release=release, job_key=job_key)
 
 
 def test_ranking_counts_concordant_pairs_within_model_and_chip():
@@ -41,6 +46,40 @@ def test_ranking_counts_concordant_pairs_within_model_and_chip():
     assert (rank["pairs"], rank["concordant"]) == (5, 3)
     assert rank["share"] == pytest.approx(3 / 5)
     assert [(g["model"], g["rows"], g["pairs"]) for g in rank["groups"]] == [("m", 4, 5)]
+
+
+def test_ranking_orders_plans_within_one_release():
+    """Rows of two software releases are not ordered against each other: across releases the measured order is
+    also the software's. One job measured in two releases is still a repeat, and sets the spread."""
+    rows = [
+        _r("a", 1.0, 1.2, release="r1"), _r("b", 2.0, 1.1, release="r1"),  # discordant, same release: counted
+        _r("c", 3.0, 0.5, release="r2"),  # discordant with a and b, but another release: not a pair
+        _r("d", 2.1, 0.4, release="r2", job_key="k"), _r("e", 2.0, 1.3, release="r1", job_key="k"),  # one job twice
+    ]
+    rank = ranking(rows)
+    # r1: (a,b) discordant, (a,e) concordant, (b,e) measured equal; r2: (c,d) concordant; (d,e) a repeat.
+    assert (rank["pairs"], rank["concordant"]) == (3, 2)
+    assert [(g["pairs"], g["concordant"]) for g in rank["groups"]] == [(3, 2)]
+    assert rank["repeats"]["pairs"] == 1 and rank["repeats"]["median_spread"] > 0
+    # Without releases every pair of distinct jobs with distinct measurements counts: 10 - (b,e) - (d,e).
+    assert ranking([dataclasses.replace(r, release="") for r in rows])["pairs"] == 8
+
+
+def test_release_column_rule():
+    spec = importlib.util.spec_from_file_location("derive_release", ROOT / "validation" / "derive_release_column.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    release_of = module.release_of
+    assert release_of("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md (25.11 NeMo container)") == "nemo-25.11"
+    assert release_of("archive at 067f987d, 26.02.01 NeMo container (the page's tables)") == "nemo-26.02.01"
+    assert release_of("NVIDIA/NeMo docs/source/performance/performance_summary.md (NeMo 24.07, DGX-H100)") == "nemo-24.07"
+    assert release_of("README at 741c886 (release v25.04; container nvcr.io/nvidia/jax:25.01-maxtext-py3; x)") \
+        == "jax:25.01-maxtext-py3"
+    assert release_of("run FW_VERSION 2024.03.04 = image ghcr.io/nvidia/jax:pax-2024-03-04; configure.sh") \
+        == "jax:pax-2024-03-04"
+    assert release_of("torchtitan team, Dec 2024; torch 1963fc8, torchao eab345c, torchtitan 9dec370)") \
+        == "torchtitan-9dec370"
+    assert release_of("Narayanan et al. SC21 Table 1") == ""
 
 
 def test_ranking_compares_step_times_as_throughput():

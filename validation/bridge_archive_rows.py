@@ -22,7 +22,8 @@ The rule, fixed before any of these rows was predicted (the same as for the file
   stages than layers (Llama 3.1 405B, PP16 x VP8 = 128 for 126 layers) counts the embedding and the loss
   as a stage each (plan option layout=E|(t|)*126L), as the 26.02 row of that layout (X27) does;
 - the model shape columns are copied from this file's rows of the same model; MoE rows are
-  force-balanced and dropless (the page's footnote).
+  force-balanced and dropless (the page's footnote); ``release`` is the container (nemo-26.04.01), as
+  validation/derive_release_column.py gives it.
 """
 
 from __future__ import annotations
@@ -116,7 +117,7 @@ def build(page: str, existing: list[dict]) -> list[dict]:
                "metric": "tokens_per_s_per_device", "value": tokens, "notes": "; ".join(notes),
                "plan_options": ",".join(options),
                "framework": "megatron-bridge", "zero_stage": "3" if sharded else "",
-               "moe_imbalance": "1.0" if known[model]["arch"] == "moe" else ""}
+               "moe_imbalance": "1.0" if known[model]["arch"] == "moe" else "", "release": f"nemo-{release}"}
         out.append(row)
     return out
 

@@ -175,19 +175,21 @@ def rank_pairs(entries: Iterable[tuple[RowResult, float | None]], spread: float 
     Rows are grouped by model shape (RowResult.model), chip, generation/precision and metric. Within a group,
     two rows of the same job (equal ``job_key``: one plan measured twice, e.g. by two software releases) are
     a *repeat*: there is no plan order to get right, and their relative difference is the measurements' own
-    spread. Every other pair with distinct measured throughput counts, and it is concordant when the
-    predictions order it the same way (a tie in the prediction is not): share = concordant / pairs (None
-    without pairs). ``beyond_spread`` repeats the count on the pairs whose measured throughputs differ by
+    spread. Every other pair with distinct measured throughput counts if both rows were measured with the
+    same software release (``RowResult.release``; blank is one release): a plan search orders plans on the
+    software it runs, and across releases the measured order is also the software's, which the model does
+    not see. A pair counts as concordant when the predictions order it the same way (a tie in the prediction
+    is not): share = concordant / pairs (None without pairs). ``beyond_spread`` repeats the count on the pairs whose measured throughputs differ by
     more than the measurement spread (the median spread of the repeats, or ``spread`` when given): a
     smaller difference is within what re-measuring one plan moves, so reality gives it no order either.
     """
-    groups: dict[tuple[str, str, str, str], list[tuple[str, float, float, str]]] = {}
+    groups: dict[tuple[str, str, str, str], list[tuple[str, float, float, str, str]]] = {}
     for r, tokens in entries:
         values = throughput_values(r, tokens) if r.role == "validation" else None
         if values is not None:
             metric, measured, predicted = values
             groups.setdefault((r.model, r.chip, r.group, metric), []).append(
-                (r.id, measured, predicted, r.job_key or f"row:{r.id}"))
+                (r.id, measured, predicted, r.job_key or f"row:{r.id}", r.release))
     repeats = [_spread(a[1], b[1]) for members in groups.values()
                for i, a in enumerate(members) for b in members[i + 1:] if a[3] == b[3]]
     floor = spread if spread is not None else (statistics.median(repeats) if repeats else 0.0)
@@ -195,9 +197,9 @@ def rank_pairs(entries: Iterable[tuple[RowResult, float | None]], spread: float 
     table = []
     for (model, chip, group, metric), members in sorted(groups.items()):
         pairs = good = ties = wide = wide_good = 0
-        for i, (_, m_i, p_i, k_i) in enumerate(members):
-            for _, m_j, p_j, k_j in members[i + 1:]:
-                if m_i == m_j or k_i == k_j:
+        for i, (_, m_i, p_i, k_i, release_i) in enumerate(members):
+            for _, m_j, p_j, k_j, release_j in members[i + 1:]:
+                if m_i == m_j or k_i == k_j or release_i != release_j:
                     continue
                 right = (m_i - m_j) * (p_i - p_j) > 0
                 pairs, good, ties = pairs + 1, good + right, ties + (p_i == p_j)
@@ -354,8 +356,11 @@ def report_markdown(doc: dict, command: str) -> str:
     lines += ["", "## Ranking quality", "",
               "Within one model shape on one chip (and precision), every pair of validation rows of two distinct",
               "jobs (model, cluster, plan, stack, batch, sequence) with the same metric and distinct measured",
-              "values; concordant when the predictions order the pair as the measurements do (a tie in the",
-              "prediction is not). Step-time rows compare as tokens/s per device. Two rows of one job are a",
+              "values, both measured with the same software release (the CSVs' `release` column; blank is one",
+              "release): a plan search orders plans on the software it runs, and across releases the measured",
+              "order is also the software's, which the model does not see. Concordant when the predictions order",
+              "the pair as the measurements do (a tie in the prediction is not). Step-time rows compare as tokens/s",
+              "per device. Two rows of one job (in any releases) are a",
               "repeat measurement (another release of the same recipe), not a plan order; their relative",
               "difference is the measurements' own spread: "
               + (f"{rep['pairs']} repeat pairs, median {rep['median_spread']:.1%}, max {rep['max_spread']:.1%}. "

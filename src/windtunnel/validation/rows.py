@@ -41,6 +41,9 @@ class RowResult:
     # The job as the model sees it (a digest of the built TrainingJob): rows with the same key are repeat
     # measurements of one job (another software release, another day), not two plans to rank.
     job_key: str = ""
+    # The software release the row was measured with (the CSV's optional ``release`` column, e.g. a container
+    # version); blank when its source names none. Ranking orders plans within one release only.
+    release: str = ""
 
     def as_dict(self) -> dict:
         out = {"id": self.id, "metric": self.metric, "measured": self.measured, "predicted": self.predicted,
@@ -51,6 +54,8 @@ class RowResult:
         if self.framework:
             out.update(framework=self.framework, fits=self.fits, chip=self.chip, model=self.model,
                        seq_len=self.seq_len, devices=self.devices, arch=self.arch)
+            if self.release:
+                out["release"] = self.release
         return out
 
 

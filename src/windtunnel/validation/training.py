@@ -363,11 +363,11 @@ def _metric_value(row: dict, job: TrainingJob, result) -> tuple[float, bool]:
 
 
 def _row_facts(row: dict) -> dict:
-    """What the accuracy reports group rows by: stack, chip, model shape, sequence length, devices."""
+    """What the accuracy reports group rows by: stack, chip, model shape, sequence length, devices, release."""
     shape = "x".join(row.get(key) or "" for key in ("layers", "hidden", "ffn_hidden", "heads", "moe_experts"))
     return {"framework": (row.get("framework") or DEFAULT_STACK).strip(), "chip": row.get("hardware", ""),
             "model": f"{row.get('model', '')} [{shape}]", "seq_len": _int(row, "seq_len"),
-            "devices": _int(row, "n_devices")}
+            "devices": _int(row, "n_devices"), "release": (row.get("release") or "").strip()}
 
 
 def validate_rows(rows: list[dict], *, fitted_override: dict | None = None, only: set[str] | None = None,
