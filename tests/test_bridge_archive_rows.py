@@ -86,7 +86,8 @@ def test_rule_keeps_catalogued_pretraining_rows_of_the_later_releases():
     # FSDP > 0 is Megatron-FSDP, with the recipe's CPU offload carried from the 26.02 rows.
     assert (fsdp["zero_stage"], fsdp["plan_options"], fsdp["ep"]) == ("3", "offload_layers=40", "1")
     # 16 x 8 virtual stages for 126 layers: the embedding and the loss are a stage each.
-    assert deep["plan_options"] == "layout=E|(t|)*126L"
+    assert deep["plan_options"] == "layout=E|(t|)*126L,fp8_recipe=mx"  # MXFP8: validation/derive_fp8_recipe.py
+    assert gpt["plan_options"] == "fp8_recipe=mx" and fsdp["plan_options"] == "offload_layers=40"  # FP8 is FP8-CS
 
 
 def test_shape_columns_come_from_the_files_rows_of_the_model():

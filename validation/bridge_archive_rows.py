@@ -18,7 +18,8 @@ The rule, fixed before any of these rows was predicted (the same as for the file
   Megatron-FSDP (zero_stage 3) over all data-parallel ranks;
 - what the table does not show keeps the stack defaults, as the 26.02 rows do; the one exception is
   carried from them: the Llama 3 70B FP8 FSDP rows on GB300 / GB200 state the recipes' CPU offload
-  of 20 / 40 layers (plan option offload_layers, derive_stack_columns.py), and a plan with more virtual
+  of 20 / 40 layers (plan option offload_layers, derive_stack_columns.py), MXFP8 rows state fp8_recipe=mx
+  (validation/derive_fp8_recipe.py), and a plan with more virtual
   stages than layers (Llama 3.1 405B, PP16 x VP8 = 128 for 126 layers) counts the embedding and the loss
   as a stage each (plan option layout=E|(t|)*126L), as the 26.02 row of that layout (X27) does;
 - the model shape columns are copied from this file's rows of the same model; MoE rows are
@@ -105,6 +106,8 @@ def build(page: str, existing: list[dict]) -> list[dict]:
             notes.append(f"PP{pp} x VP{vp} = {stages} virtual stages for {layers} layers: the embedding and the loss "
                          f"count as a stage each (Megatron's account_for_embedding/loss_in_pipeline_split), written "
                          f"as the layout E|(t|)*{layers}L, as in X27")
+        if prec == "MXFP8":
+            options.append("fp8_recipe=mx")  # validation/derive_fp8_recipe.py
         notes.append("arch copied from this file's rows of the same model; dp derived = n_devices/(tp*pp*cp); "
                      "added by validation/bridge_archive_rows.py; not in shared/reference")
         row = {"id": f"X{number}",

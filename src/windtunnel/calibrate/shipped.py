@@ -47,6 +47,13 @@ def _place(fitted: dict, family: str, scope: str, key: str, profile: dict) -> di
     return out
 
 
+def _gemm_key(job: TrainingJob) -> str:
+    """The GEMM efficiency a calibration row measures: 16-bit, per-tensor FP8, or block-scaled MXFP8."""
+    if job.plan.precision != "fp8":
+        return "bf16"
+    return "mxfp8" if job.plan.fp8_recipe == "mx" else "fp8"
+
+
 def _fit_group(scope: str, key: str, members: list[tuple[dict, TrainingJob]], fitted: dict,
                family: str = "megatron") -> tuple[dict, dict]:
     """Fit one group's efficiencies; returns (profile override, report)."""
@@ -57,7 +64,7 @@ def _fit_group(scope: str, key: str, members: list[tuple[dict, TrainingJob]], fi
 
     from windtunnel.cost.efficiency import profile_dict
 
-    precisions = sorted({job.plan.precision if job.plan.precision == "fp8" else "bf16" for _, job in members})
+    precisions = sorted({_gemm_key(job) for _, job in members})
     # The attention kernel the rows run (the stack's): the calibrated fused kernel ('flash') or a named one.
     kernels = sorted({load_stack(job.framework).kernels.attention for _, job in members} - {"unfused"})
     kernel = kernels[0] if len(kernels) == 1 else ("flash" if "flash" in kernels else "")
@@ -70,7 +77,7 @@ def _fit_group(scope: str, key: str, members: list[tuple[dict, TrainingJob]], fi
     def override(values) -> dict:
         gemm = {}
         for precision, value in zip(precisions, values, strict=False):
-            keys = ["bf16", "fp16"] if precision == "bf16" else ["fp8"]
+            keys = ["bf16", "fp16"] if precision == "bf16" else [precision]
             gemm.update(dict.fromkeys(keys, round(float(value), 4)))
         profile: dict = {"gemm": {"max_efficiency": gemm}}
         if flash:

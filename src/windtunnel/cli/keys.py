@@ -29,6 +29,7 @@ PLAN_KEYS = {
     "ep_overlap": "overlap the EP all-to-alls of one micro-batch with another's compute",
     "schedule": "pipeline schedule (default: interleaved when vpp > 1, else 1f1b)",
     "precision": "compute precision of the GEMMs",
+    "fp8_recipe": "FP8 scaling: tensor (one scale per tensor) or mx (MXFP8 1x32 blocks, Blackwell)",
     "dispatcher": "MoE token dispatcher (deepep deduplicates tokens, alltoall, allgather)",
     "expert_gemm": "local experts as one grouped GEMM or Megatron-Core's SequentialMLP loop (sequential)",
     "grad_accum_fusion": "weights whose wgrad GEMM accumulates into the main gradients (all, experts, none)",

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
+from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.hardware import Chip
 from windtunnel.specs.yamlio import catalog_dir, deep_merge, read_yaml
 
@@ -58,6 +59,14 @@ class Efficiency:
 
     def gemm_efficiency(self, precision: str) -> float:
         return self.gemm_max.get(precision, self.gemm_max.get("bf16", 0.7))
+
+    def for_fp8_recipe(self, recipe: str) -> Efficiency:
+        """This profile as a plan of FP8 recipe ``recipe`` runs its FP8 GEMMs. Block-scaled MXFP8 ('mx': 1x32
+        scales, block-scaled tensor-core MMA) is its own kernel family, with its own calibrated efficiency
+        (``gemm.max_efficiency.mxfp8``) in place of per-tensor FP8's; 'tensor' leaves the profile as it is."""
+        if recipe != "mx":
+            return self
+        return replace(self, gemm_max={**self.gemm_max, "fp8": self.gemm_max.get("mxfp8", self.gemm_efficiency("fp8"))})
 
     def attention_max(self, kernel: str, backward: bool) -> float:
         """Maximum efficiency (fraction of the 16-bit peak) of attention kernel ``kernel``."""
@@ -121,8 +130,18 @@ def _sustained_factor(chip: Chip, fitted: dict) -> float:
     return sum(ratios) / len(ratios) if ratios else 1.0
 
 
-def efficiency_for(chip: Chip, fitted_override: dict | None = None, family: str = "") -> Efficiency:
-    """The efficiency profile of ``chip`` as a stack of calibration ``family`` runs it."""
+def efficiency_for(chip: Chip, fitted_override: dict | None = None, family: str = "",
+                   fp8_recipe: str = "tensor") -> Efficiency:
+    """The efficiency profile of ``chip`` as a stack of calibration ``family`` runs it, with FP8 scaled by
+    ``fp8_recipe`` (:meth:`Efficiency.for_fp8_recipe`; 'mx' needs a chip with block-scaled FP8)."""
+    if fp8_recipe == "mx" and not chip.block_scaled_fp8:
+        raise WindtunnelError(f"Plan field 'fp8_recipe' is 'mx' (MXFP8 block scaling), but chip '{chip.id}' has no "
+                              "block-scaled FP8 tensor cores in the catalog (chips.yaml block_scaled_fp8); use "
+                              "fp8_recipe=tensor, or a chip that has them (Blackwell).", field="fp8_recipe")
+    return _efficiency_for(chip, fitted_override, family).for_fp8_recipe(fp8_recipe)
+
+
+def _efficiency_for(chip: Chip, fitted_override: dict | None, family: str) -> Efficiency:
     p = profile_dict(chip, fitted_override, family)
     gemm, attention, comm = p["gemm"], p["attention"], p["comm"]
     return Efficiency(

@@ -75,6 +75,9 @@ class Chip(BaseModel):
     host_memory_bandwidth: Bandwidth | None = None
     # Board power (TDP or the power limit), watts: what the job rehearsal's energy uses. None where unpublished.
     power_w: Power | None = None
+    # Whether the tensor cores run block-scaled FP8 (OCP microscaling MXFP8: 1x32 blocks with shared scales),
+    # which a plan's fp8_recipe=mx needs.
+    block_scaled_fp8: bool = False
     default_cluster: str
     sources: dict[str, str]
 

@@ -52,6 +52,8 @@ class Plan(BaseModel):
     ep_overlap: bool = False
     schedule: Schedule | None = None
     precision: Literal["bf16", "fp16", "fp8"] = "bf16"
+    # FP8 scaling: per tensor, or MXFP8's 1x32 blocks (TE MXFP8BlockScaling, Megatron-Bridge fp8_mx).
+    fp8_recipe: Literal["tensor", "mx"] = "tensor"
     # MoE token dispatch: deepep (deduplicating, DeepEP/HybridEP), alltoall (one copy per routed expert),
     # allgather (Megatron's allgather dispatcher: every EP rank gathers the group's tokens and keeps its own).
     dispatcher: Literal["alltoall", "deepep", "allgather"] = "deepep"
@@ -156,8 +158,8 @@ class Plan(BaseModel):
             parts.append(f"etp={self.etp}")
         if self.ep_overlap:
             parts.append("ep_overlap=true")
-        if self.cuda_graphs != "none":
-            parts.append(f"cuda_graphs={self.cuda_graphs}")
+        parts += [f"cuda_graphs={self.cuda_graphs}"] if self.cuda_graphs != "none" else []
+        parts += [f"fp8_recipe={self.fp8_recipe}"] if self.fp8_recipe != "tensor" else []
         if self.grads != "fp32":
             parts.append(f"grads={self.grads}")
         if self.moments != "fp32":
@@ -217,7 +219,7 @@ class Plan(BaseModel):
         if self.cp > 1 and not self.cp_overlap:
             parts.append("cp_overlap=false")
         parts += [f"{name}=false" for name in _DP_OVERLAP if not getattr(self, name)]
-        for name in ("precision", "cuda_graphs", "grads", "moments", "order", "mtp", "layout"):
+        for name in ("precision", "fp8_recipe", "cuda_graphs", "grads", "moments", "order", "mtp", "layout"):
             if getattr(self, name) != getattr(default, name):
                 parts.append(f"{name}={getattr(self, name)}")
         return ",".join(parts)
@@ -343,6 +345,9 @@ def validate_plan(plan: Plan, model: ModelSpec | None, devices: int, seq_len: in
     check_whole("seq_len", seq_len, 1, MAX_SEQ_LEN, what=" tokens")
     check_whole("global_batch", global_batch, 1, 1 << 62, what=" sequences")
     check_whole("devices", devices, 1, MAX_DEVICES)
+    if plan.fp8_recipe == "mx" and plan.precision != "fp8":
+        fail("fp8_recipe", f"Plan field 'fp8_recipe' is 'mx' (MXFP8 block scaling) but precision is '{plan.precision}'; "
+             "set precision=fp8, or leave fp8_recipe out.")
     if plan.etp not in (1, plan.tp):
         fail("etp", f"Plan field 'etp' is {plan.etp}: expert tensor parallelism splits each expert over the "
              f"tensor-parallel group (Megatron-Core's default expert_tensor_parallel_size = tp), so etp must be "
