@@ -65,7 +65,8 @@ def test_ranking_orders_plans_within_one_release():
     assert ranking([dataclasses.replace(r, release="") for r in rows])["pairs"] == 8
 
 
-def test_release_column_rule():
+def test_release_column_rule(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "validation"))  # the script's sibling helper, csv_columns.py
     spec = importlib.util.spec_from_file_location("derive_release", ROOT / "validation" / "derive_release_column.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -70,7 +70,8 @@ def test_calibration_fits_each_recipe_apart():
     assert [_gemm_key(_job(p)) for p in (PLAN, PLAN + ",fp8_recipe=mx", "tp=1,pp=1,mbs=1")] == ["fp8", "mxfp8", "bf16"]
 
 
-def test_rows_rule():
+def test_rows_rule(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "validation"))  # the script's sibling helper, csv_columns.py
     spec = importlib.util.spec_from_file_location("derive_fp8", ROOT / "validation" / "derive_fp8_recipe.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -78,3 +79,18 @@ def test_rows_rule():
     assert module.runs_mx({"precision": "fp8", "notes": "dev branch; force-balanced routing; MXFP8; 1233 TFLOP/s/GPU"})
     assert not module.runs_mx({"precision": "fp8", "notes": "DGX-GB300; FP8-CS recipe (the table writes FP8)"})
     assert not module.runs_mx({"precision": "bf16", "notes": "BF16; the MXFP8 run of the same table is X17"})
+
+
+def test_rewriting_keeps_line_endings_and_writes_nothing_when_nothing_changes(monkeypatch, tmp_path):
+    monkeypatch.syspath_prepend(str(ROOT / "validation"))
+    from csv_columns import rewrite
+
+    path = tmp_path / "rows.csv"
+    path.write_bytes(b"id,precision,notes,plan_options\r\n1,fp8,FP8-MX recipe (MXFP8),\r\n2,bf16,BF16,\r\n")
+    spec = importlib.util.spec_from_file_location("derive_fp8", ROOT / "validation" / "derive_fp8_recipe.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert rewrite(path, module._state_mx) == 1
+    assert path.read_bytes() == b"id,precision,notes,plan_options\r\n1,fp8,FP8-MX recipe (MXFP8),fp8_recipe=mx\r\n2,bf16,BF16,\r\n"
+    before = path.stat().st_mtime_ns
+    assert rewrite(path, module._state_mx) == 0 and path.stat().st_mtime_ns == before

@@ -11,10 +11,11 @@ per-tensor recipe (FP8-CS, delayed scaling, or a recipe not stated). Nothing els
 
 from __future__ import annotations
 
-import csv
 import re
 import sys
 from pathlib import Path
+
+from csv_columns import rewrite
 
 MX = re.compile(r"FP8-MX recipe|(?:^|; )MXFP8(?:;|$)")
 OPTION = "fp8_recipe=mx"
@@ -24,27 +25,19 @@ def runs_mx(row: dict) -> bool:
     return row.get("precision") == "fp8" and bool(MX.search(row.get("notes", "")))
 
 
-def derive(path: Path) -> int:
-    ending = "\r\n" if path.read_bytes().split(b"\n", 1)[0].endswith(b"\r") else "\n"
-    with path.open(newline="") as handle:
-        reader = csv.DictReader(handle)
-        fields, rows = list(reader.fieldnames or []), list(reader)
+def _state_mx(fields: list[str], rows: list[dict]) -> int:
     changed = 0
     for row in rows:
         options = [o for o in (row.get("plan_options") or "").split(",") if o]
         if runs_mx(row) and OPTION not in options:
             row["plan_options"] = ",".join([*options, OPTION])
             changed += 1
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=fields, lineterminator=ending)
-        writer.writeheader()
-        writer.writerows(rows)
     return changed
 
 
 def main(argv: list[str]) -> int:
     for name in argv[1:]:
-        print(f"{name}: {derive(Path(name))} rows state fp8_recipe=mx")
+        print(f"{name}: {rewrite(Path(name), _state_mx)} rows state fp8_recipe=mx")
     return 0
 
 

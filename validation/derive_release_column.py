@@ -19,10 +19,11 @@ A file none of whose rows gets a release is left as it is.
 
 from __future__ import annotations
 
-import csv
 import re
 import sys
 from pathlib import Path
+
+from csv_columns import rewrite
 
 PATTERNS = (
     (re.compile(r"(\d\d\.\d\d(?:\.\d\d)?) NeMo container"), "nemo-{}"),
@@ -40,12 +41,7 @@ def release_of(source: str) -> str:
     return ""
 
 
-def derive(path: Path) -> int:
-    first_line = path.read_bytes().split(b"\n", 1)[0]
-    ending = "\r\n" if first_line.endswith(b"\r") else "\n"  # keep the file's line endings
-    with path.open(newline="") as handle:
-        reader = csv.DictReader(handle)
-        fields, rows = list(reader.fieldnames or []), list(reader)
+def _add_releases(fields: list[str], rows: list[dict]) -> int:
     releases = [release_of(row.get("source", "")) for row in rows]
     if not any(releases):
         return 0
@@ -53,16 +49,12 @@ def derive(path: Path) -> int:
         fields.append("release")
     for row, release in zip(rows, releases, strict=True):
         row["release"] = release
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=fields, lineterminator=ending)
-        writer.writeheader()
-        writer.writerows(rows)
     return sum(1 for release in releases if release)
 
 
 def main(argv: list[str]) -> int:
     for name in argv[1:]:
-        print(f"{name}: {derive(Path(name))} rows with a release")
+        print(f"{name}: {rewrite(Path(name), _add_releases)} rows with a release")
     return 0
 
 
