@@ -94,3 +94,15 @@ def test_rewriting_keeps_line_endings_and_writes_nothing_when_nothing_changes(mo
     assert path.read_bytes() == b"id,precision,notes,plan_options\r\n1,fp8,FP8-MX recipe (MXFP8),fp8_recipe=mx\r\n2,bf16,BF16,\r\n"
     before = path.stat().st_mtime_ns
     assert rewrite(path, module._state_mx) == 0 and path.stat().st_mtime_ns == before
+
+
+def test_search_runs_every_plan_in_the_recipe_asked_for():
+    from windtunnel.api import search_training
+
+    kwargs = dict(seq_len=8192, global_batch=64, precision="fp8", top=1, refine=2)
+    tensor = search_training("llama3-8b", "b200", 16, **kwargs)
+    block = search_training("llama3-8b", "b200", 16, fp8_recipe="mx", **kwargs)
+    assert "fp8_recipe=mx" in block.plans[0]["plan"] and "fp8_recipe" not in tensor.plans[0]["plan"]
+    assert block.fp8_recipe == "mx" and tensor.fp8_recipe == "tensor"
+    with pytest.raises(WindtunnelError, match="h100-sxm"):
+        search_training("llama3-8b", "h100-sxm", 16, fp8_recipe="mx", **kwargs)

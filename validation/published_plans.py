@@ -91,7 +91,7 @@ def main() -> None:
         stated = parse_plan(plan)  # the search keeps the run's optimizer-state precision, as its precision
         space = SearchSpace(model, load_hardware(chip, devices), seq, batch, precision=precision,
                             flash_attention=flash, choices=pins, grads=stated.grads, moments=stated.moments,
-                            dispatcher=stated.dispatcher)
+                            dispatcher=stated.dispatcher, fp8_recipe=stated.fp8_recipe)
         backend = LocalBackend()
         try:
             document = search_training(space, backend, top=5, refine_count=32, baseline=plan)

@@ -239,6 +239,7 @@ def search_training(
     cuda_graphs: str = "none",
     workers: int | None = 1,
     progress=None,
+    fp8_recipe: str = "tensor",
 ) -> TrainingSearch:
     """Search the parallel-plan space for the fastest plans that fit (``windtunnel train search``).
 
@@ -246,7 +247,8 @@ def search_training(
     :func:`simulate_training`. ``pins``: dimensions restricted to values, e.g. ``{"tp": [4, 8], "recompute":
     ["none", "full"]}`` (dimensions of windtunnel.train.space.DIMENSIONS). ``top``: plans kept; ``refine``: best
     screened plans re-simulated on the event engine; ``baseline``: a plan whose tokens/s the best is compared
-    with. ``workers``: local processes (None: every core). ``progress(phase, done, total)``: called as
+    with. ``fp8_recipe``: every plan's FP8 scaling ('tensor', or 'mx' for MXFP8 on a chip with block-scaled
+    FP8). ``workers``: local processes (None: every core). ``progress(phase, done, total)``: called as
     candidates finish. Returns a :class:`TrainingSearch`: its fields are the JSON keys of ``train search
     --json``; plans best first with step_time_s (s), tokens_per_s, mfu (0-1), peak_memory_bytes (bytes);
     ``.to_frame()`` is the plans as a DataFrame.
@@ -269,7 +271,8 @@ def search_training(
     cluster, fitted, what = hardware_variant(cluster, fitted, framework, what_if or [])
     space = SearchSpace(spec, cluster, seq_len, global_batch, precision=precision, moe_imbalance=moe_imbalance,
                         choices=dict(pins or {}), cuda_graphs=cuda_graphs, grads=stack_plan.grads,
-                        dispatcher=stack_plan.dispatcher, framework=stack.id, fitted_override=fitted)
+                        dispatcher=stack_plan.dispatcher, framework=stack.id, fitted_override=fitted,
+                        fp8_recipe=fp8_recipe)
     runner = make_backend("local", workers=workers)
     try:
         document = run_search(space, runner, top=top, refine_count=refine, baseline=baseline, progress=progress)

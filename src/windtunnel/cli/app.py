@@ -216,6 +216,8 @@ def train_search(
                                           "DeepEP/HybridEP), alltoall (plain all-to-all) or allgather (default: the "
                                           "stack's)."),
     framework: str = typer.Option("megatron", help=FRAMEWORK_HELP),
+    fp8_recipe: str = typer.Option("tensor", help="FP8 scaling in every plan with --precision fp8: tensor (one "
+                                   "scale per tensor) or mx (MXFP8 1x32 blocks; Blackwell)."),
     profile: Path | None = typer.Option(None, help=PROFILE_HELP),
     backend: str = typer.Option("local", help="local (processes on this machine) or ray."),
     address: str | None = typer.Option(None, help="Ray cluster address ('auto' joins a running cluster)."),
@@ -259,6 +261,9 @@ def train_search(
     for name, value in (("grads", grads), ("moments", moments)):
         if value not in ("fp32", "bf16"):
             raise WindtunnelError(f"Field '{name}' is '{value}'; valid: fp32, bf16.", field=name)
+    if fp8_recipe not in ("tensor", "mx") or (fp8_recipe == "mx" and precision != "fp8"):
+        raise WindtunnelError(f"Field 'fp8_recipe' is '{fp8_recipe}' with precision '{precision}'; valid: tensor, or "
+                              "mx with --precision fp8.", field="fp8_recipe")
     if dispatcher not in ("deepep", "alltoall", "allgather"):
         raise WindtunnelError(f"Field 'dispatcher' is '{dispatcher}'; valid: deepep, alltoall, allgather.",
                               field="dispatcher")
@@ -293,6 +298,7 @@ def train_search(
     space = SearchSpace(spec, cluster, seq_len, global_batch, precision=precision, moe_imbalance=moe_imbalance,
                         choices=_parse_pins(pin), flash_attention=_flag(no_flash), fused_loss=_flag(unfused_loss),
                         cuda_graphs=cuda_graphs, grads=grads, moments=moments, dispatcher=dispatcher,
+                        fp8_recipe=fp8_recipe,
                         framework=load_stack(framework).id, fitted_override=fitted)
     state_path = state or Path(f".windtunnel-search-{space.fingerprint()}.json")
     runner = make_backend(backend, address=address, workers=workers)

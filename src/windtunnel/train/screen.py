@@ -87,7 +87,7 @@ class Screen:
         from windtunnel.specs.stack import load_stack
 
         self.eff = efficiency_for(space.cluster.chip, space.fitted_override,
-                                  family=load_stack(space.framework).calibration_family)
+                                  family=load_stack(space.framework).calibration_family, fp8_recipe=space.fp8_recipe)
         self.ids: dict[ShardKey, int] = {}
         self.table: dict[str, list[float]] = {}
         self._groups: dict[tuple, tuple] = {}

@@ -95,7 +95,7 @@ def search_training(space: SearchSpace, backend: Any, *, top: int = 20, refine_c
     if baseline_plan is not None:
         # The baseline runs in the searched plans' precisions and issue mode unless it says otherwise.
         unstated = {"precision": space.precision, "cuda_graphs": space.cuda_graphs, "grads": space.grads,
-                    "moments": space.moments, "dispatcher": space.dispatcher}
+                    "moments": space.moments, "dispatcher": space.dispatcher, "fp8_recipe": space.fp8_recipe}
         baseline_plan = baseline_plan.model_copy(update={key: value for key, value in unstated.items()
                                                          if key not in baseline_plan.model_fields_set})
         # Checked before the search starts: a bad baseline must not cost a whole search.
@@ -164,6 +164,7 @@ def build_document(space: SearchSpace, state: SearchState, *, top: int, baseline
         "devices": space.cluster.devices, "seq_len": space.seq_len, "global_batch": space.global_batch,
         "precision": space.precision, "cuda_graphs": space.cuda_graphs, "grads": space.grads,
         "moments": space.moments, "dispatcher": space.dispatcher, "framework": space.framework,
+        "fp8_recipe": space.fp8_recipe,
         "candidates": {"enumerated": state.enumerated, "pruned": dict(sorted(pruned.items())),
                        "screened": state.screened, "refined": len(state.refined)},
         "elapsed_s": dict(sorted(state.elapsed_s.items())),
@@ -201,7 +202,7 @@ def screen_plan(space: SearchSpace, plan) -> float | None:
                          moe_imbalance=space.moe_imbalance, flash_attention=space.flash_attention,
                          fused_loss=space.fused_loss, cuda_graphs=plan.cuda_graphs, grads=plan.grads,
                          framework=space.framework,
-                         moments=plan.moments, dispatcher=plan.dispatcher,
+                         moments=plan.moments, dispatcher=plan.dispatcher, fp8_recipe=plan.fp8_recipe,
                          choices={"tp": [plan.tp], "pp": [plan.pp], "vpp": [plan.vpp], "cp": [plan.cp], "ep": [plan.ep],
                                   "mbs": [plan.mbs], "recompute": [level], "zero": [plan.zero],
                                   "sp": [plan.sequence_parallel], "tp_overlap": [plan.tp_overlap and plan.sequence_parallel],

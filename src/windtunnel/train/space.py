@@ -64,6 +64,7 @@ class SearchSpace:
     moments: str = "fp32"
     dispatcher: str = "deepep"
     framework: str = "megatron"
+    fp8_recipe: str = "tensor"  # every plan's FP8 scaling (Plan.fp8_recipe)
     # A calibration profile's fitted dict (windtunnel.profile.fitted_override); None: the shipped calibration.
     fitted_override: dict | None = None
 
@@ -123,6 +124,7 @@ class SearchSpace:
                "flash": self.flash_attention, "fused_loss": self.fused_loss, "cuda_graphs": self.cuda_graphs,
                "framework": self.framework,
                "grads": self.grads, "moments": self.moments, "dispatcher": self.dispatcher,
+               **({"fp8_recipe": self.fp8_recipe} if self.fp8_recipe != "tensor" else {}),
                "values": {k: [str(v) for v in vs] for k, vs in self.values.items()}}
         if self.fitted_override is not None:  # a profile's fit changes every result
             doc["fitted"] = self.fitted_override
@@ -152,7 +154,7 @@ class SearchSpace:
                     schedule=self.values["schedule"][int(row["schedule"])],
                     order=self.values["order"][int(row["order"])], precision=self.precision,
                     cuda_graphs=self.cuda_graphs, grads=self.grads, moments=self.moments,
-                    dispatcher=self.dispatcher)
+                    dispatcher=self.dispatcher, fp8_recipe=self.fp8_recipe)
 
 
 # ---- pruning ---------------------------------------------------------------------------------------
@@ -244,7 +246,8 @@ def shard_job(space: SearchSpace, key: ShardKey) -> TrainingJob:
     devices = key.tp * key.cp * dp
     cluster = space.cluster.model_copy(update={"devices": devices})
     plan = Plan(tp=key.tp, cp=key.cp, ep=key.ep, mbs=key.mbs, sp=key.sp, tp_overlap=key.tp_overlap,
-                precision=space.precision, zero=1, cuda_graphs=space.cuda_graphs, dispatcher=space.dispatcher)
+                precision=space.precision, zero=1, cuda_graphs=space.cuda_graphs, dispatcher=space.dispatcher,
+                fp8_recipe=space.fp8_recipe)
     return TrainingJob(model=space.model, cluster=cluster, plan=plan, seq_len=space.seq_len,
                        global_batch=key.mbs * dp, moe_imbalance=space.moe_imbalance,
                        flash_attention=space.flash_attention, fused_loss=space.fused_loss, framework=space.framework,
