@@ -22,3 +22,10 @@ def rewrite(path: Path, change: Callable[[list[str], list[dict]], int]) -> int:
             writer.writeheader()
             writer.writerows(rows)
     return changed
+
+
+def main(argv: list[str], change: Callable[[list[str], list[dict]], int], what: str) -> int:
+    """Rewrite every CSV named in ``argv[1:]`` with ``change``, printing how many of its rows ``what``."""
+    for name in argv[1:]:
+        print(f"{name}: {rewrite(Path(name), change)} rows {what}")
+    return 0

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import re
 import sys
-from pathlib import Path
 
-from csv_columns import rewrite
+from csv_columns import main
 
 MX = re.compile(r"FP8-MX recipe|(?:^|; )MXFP8(?:;|$)")
 OPTION = "fp8_recipe=mx"
@@ -35,11 +34,5 @@ def _state_mx(fields: list[str], rows: list[dict]) -> int:
     return changed
 
 
-def main(argv: list[str]) -> int:
-    for name in argv[1:]:
-        print(f"{name}: {rewrite(Path(name), _state_mx)} rows state fp8_recipe=mx")
-    return 0
-
-
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv))
+    raise SystemExit(main(sys.argv, _state_mx, "state fp8_recipe=mx"))

@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import re
 import sys
-from pathlib import Path
 
-from csv_columns import rewrite
+from csv_columns import main
 
 PATTERNS = (
     (re.compile(r"(\d\d\.\d\d(?:\.\d\d)?) NeMo container"), "nemo-{}"),
@@ -47,16 +46,11 @@ def _add_releases(fields: list[str], rows: list[dict]) -> int:
         return 0
     if "release" not in fields:
         fields.append("release")
+    changed = sum(1 for row, release in zip(rows, releases, strict=True) if row.get("release") != release)
     for row, release in zip(rows, releases, strict=True):
         row["release"] = release
-    return sum(1 for release in releases if release)
-
-
-def main(argv: list[str]) -> int:
-    for name in argv[1:]:
-        print(f"{name}: {rewrite(Path(name), _add_releases)} rows with a release")
-    return 0
+    return changed
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv))
+    raise SystemExit(main(sys.argv, _add_releases, "given a release"))
