@@ -106,3 +106,11 @@ def test_search_runs_every_plan_in_the_recipe_asked_for():
     assert block.fp8_recipe == "mx" and tensor.fp8_recipe == "tensor"
     with pytest.raises(WindtunnelError, match="h100-sxm"):
         search_training("llama3-8b", "h100-sxm", 16, fp8_recipe="mx", **kwargs)
+
+
+def test_a_search_space_refuses_mx_without_fp8():
+    from windtunnel.train.space import SearchSpace
+
+    with pytest.raises(WindtunnelError) as err:
+        SearchSpace(load_model("llama3-8b"), load_hardware("b200", 16), 8192, 64, fp8_recipe="mx")
+    assert err.value.field == "fp8_recipe" and "precision fp8" in str(err.value)

@@ -261,9 +261,6 @@ def train_search(
     for name, value in (("grads", grads), ("moments", moments)):
         if value not in ("fp32", "bf16"):
             raise WindtunnelError(f"Field '{name}' is '{value}'; valid: fp32, bf16.", field=name)
-    if fp8_recipe not in ("tensor", "mx") or (fp8_recipe == "mx" and precision != "fp8"):
-        raise WindtunnelError(f"Field 'fp8_recipe' is '{fp8_recipe}' with precision '{precision}'; valid: tensor, or "
-                              "mx with --precision fp8.", field="fp8_recipe")
     if dispatcher not in ("deepep", "alltoall", "allgather"):
         raise WindtunnelError(f"Field 'dispatcher' is '{dispatcher}'; valid: deepep, alltoall, allgather.",
                               field="dispatcher")

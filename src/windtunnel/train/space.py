@@ -69,6 +69,9 @@ class SearchSpace:
     fitted_override: dict | None = None
 
     def __post_init__(self) -> None:
+        if self.fp8_recipe not in ("tensor", "mx") or (self.fp8_recipe == "mx" and self.precision != "fp8"):
+            raise WindtunnelError(f"Field 'fp8_recipe' is '{self.fp8_recipe}' with precision '{self.precision}'; "
+                                  "valid: tensor, or mx with precision fp8.", field="fp8_recipe")
         model, cluster = self.model, self.cluster
         devices = cluster.devices
         node = cluster.tiers[0].size or devices

@@ -178,9 +178,9 @@ def rank_pairs(entries: Iterable[tuple[RowResult, float | None]], spread: float 
     spread. Every other pair with distinct measured throughput counts if both rows were measured with the
     same software release (``RowResult.release``; blank is one release): a plan search orders plans on the
     software it runs, and across releases the measured order is also the software's, which the model does
-    not see. A pair counts as concordant when the predictions order it the same way (a tie in the prediction
-    is not): share = concordant / pairs (None without pairs). ``beyond_spread`` repeats the count on the pairs whose measured throughputs differ by
-    more than the measurement spread (the median spread of the repeats, or ``spread`` when given): a
+    not see. A pair is concordant when the predictions order it the same way (a tie in the prediction is
+    not): share = concordant / pairs (None without pairs). ``beyond_spread`` repeats the count on the pairs
+    whose measured throughputs differ by more than the measurement spread (the median spread of the repeats, or ``spread`` when given): a
     smaller difference is within what re-measuring one plan moves, so reality gives it no order either.
     """
     groups: dict[tuple[str, str, str, str], list[tuple[str, float, float, str, str]]] = {}
@@ -360,8 +360,8 @@ def report_markdown(doc: dict, command: str) -> str:
               "release): a plan search orders plans on the software it runs, and across releases the measured",
               "order is also the software's, which the model does not see. Concordant when the predictions order",
               "the pair as the measurements do (a tie in the prediction is not). Step-time rows compare as tokens/s",
-              "per device. Two rows of one job (in any releases) are a",
-              "repeat measurement (another release of the same recipe), not a plan order; their relative",
+              "per device. Two rows of one job, in any releases, are a repeat measurement (another release of the",
+              "same recipe), not a plan order; their relative",
               "difference is the measurements' own spread: "
               + (f"{rep['pairs']} repeat pairs, median {rep['median_spread']:.1%}, max {rep['max_spread']:.1%}. "
                  if rep["pairs"] else "no repeat pairs. ")
