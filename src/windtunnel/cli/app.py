@@ -213,8 +213,8 @@ def train_search(
                                      "reduction; default: the stack's)."),
     moments: str = typer.Option("fp32", help="Adam moment dtype in every plan (fp32 or bf16)."),
     dispatcher: str | None = typer.Option(None, help="MoE token dispatcher in every plan: deepep (deduplicating, "
-                                          "DeepEP/HybridEP), alltoall (plain all-to-all) or allgather (default: the "
-                                          "stack's)."),
+                                          "DeepEP/HybridEP), hybridep (HybridEP with the permutation fused into its "
+                                          "kernels), alltoall (plain all-to-all) or allgather (default: the stack's)."),
     framework: str = typer.Option("megatron", help=FRAMEWORK_HELP),
     fp8_recipe: str = typer.Option("tensor", help="FP8 scaling in every plan with --precision fp8: tensor (one "
                                    "scale per tensor) or mx (MXFP8 1x32 blocks; Blackwell)."),
@@ -261,8 +261,8 @@ def train_search(
     for name, value in (("grads", grads), ("moments", moments)):
         if value not in ("fp32", "bf16"):
             raise WindtunnelError(f"Field '{name}' is '{value}'; valid: fp32, bf16.", field=name)
-    if dispatcher not in ("deepep", "alltoall", "allgather"):
-        raise WindtunnelError(f"Field 'dispatcher' is '{dispatcher}'; valid: deepep, alltoall, allgather.",
+    if dispatcher not in ("deepep", "hybridep", "alltoall", "allgather"):
+        raise WindtunnelError(f"Field 'dispatcher' is '{dispatcher}'; valid: deepep, hybridep, alltoall, allgather.",
                               field="dispatcher")
     _check_fault_options(faults, checkpoint_every, storage_bandwidth)
     spec, dag = resolve_model(model, batch_shape or None)

@@ -30,8 +30,10 @@ PLAN_KEYS = {
     "schedule": "pipeline schedule (default: interleaved when vpp > 1, else 1f1b)",
     "precision": "compute precision of the GEMMs",
     "fp8_recipe": "FP8 scaling: tensor (one scale per tensor) or mx (MXFP8 1x32 blocks, Blackwell)",
-    "dispatcher": "MoE token dispatcher (deepep deduplicates tokens, alltoall, allgather)",
-    "expert_gemm": "local experts as one grouped GEMM or Megatron-Core's SequentialMLP loop (sequential)",
+    "dispatcher": "MoE token dispatcher (deepep deduplicates tokens, hybridep also fuses the permutation into "
+                  "its kernels, alltoall, allgather)",
+    "expert_gemm": "local experts as one grouped GEMM, Megatron-Core's SequentialMLP loop (sequential), or the fused "
+                   "MXFP8 grouped MLP (fused_mlp)",
     "grad_accum_fusion": "weights whose wgrad GEMM accumulates into the main gradients (all, experts, none)",
     "embedding_lookup": "input embedding as a gather or a one-hot matmul (MaxText use_iota_embed, Praxis 'matmul')",
     "cp_algo": "how context parallelism exchanges keys and values",

@@ -12,10 +12,12 @@ from windtunnel.graph.ops import Op
 from windtunnel.specs.hardware import Chip
 
 
-def gemm_time(m: int, n: int, k: int, precision: str, chip: Chip, eff: Efficiency, count: int = 1) -> float:
+def gemm_time(m: int, n: int, k: int, precision: str, chip: Chip, eff: Efficiency, count: int = 1,
+              cast_input: bool = True) -> float:
     """Seconds for ``count`` GEMMs of (m x k) @ (k x n), launched as one grouped kernel.
 
-    ``m`` is the operand whose rows are tokens (activations); ``k x n`` is the weight.
+    ``m`` is the operand whose rows are tokens (activations); ``k x n`` is the weight. ``cast_input``
+    False: an FP8 GEMM's activation operand arrives quantised (no cast kernel before it).
 
     Output tiles are padded to the tile size and scheduled in waves over the compute units, so
     skinny or small GEMMs lose efficiency the way real kernels do; a short reduction length adds
@@ -33,7 +35,7 @@ def gemm_time(m: int, n: int, k: int, precision: str, chip: Chip, eff: Efficienc
     bandwidth = chip.hbm_bandwidth * eff.memory_bandwidth
     memory = moved / bandwidth
     cast = 0.0
-    if precision == "fp8":
+    if precision == "fp8" and cast_input:
         # FP8 GEMMs need their 16-bit activation operand quantised first (read 2 bytes, write 1,
         # plus the amax scan): a separate memory-bound kernel per GEMM. Weights are cast once per
         # step and cached, so they are not charged here.
@@ -82,7 +84,8 @@ def compute_op_time(op: Op, chip: Chip, eff: Efficiency, precision: str) -> floa
         gemm_precision = op.precision or precision
         if gemm_precision == "fp8" and "fp8" not in chip.peak_flops:
             gemm_precision = "bf16"
-        return gemm_time(m, n, k, gemm_precision, chip, eff, count=op.count)
+        return gemm_time(m, n, k, gemm_precision, chip, eff, count=op.count,
+                         cast_input=op.phase not in op.quantized_in)
     if op.kind == "attention":
         return attention_time(op, chip, eff)
     if op.kind == "memory":

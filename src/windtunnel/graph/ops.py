@@ -54,6 +54,9 @@ class Op:
     tp_chunked: for a TP all-gather or reduce-scatter, whether it is a linear layer's own collective,
         which TP-communication overlap (TE userbuffers, MC2) pipelines with its GEMM in chunks; the MoE
         dispatcher's explicit expert-TP collectives are not.
+    quantized_in: for an FP8 GEMM, the phases ('fwd', 'bwd') in which its activation operand arrives
+        already quantised, written so by the kernel before it (a fused grouped MLP quantises the activation's
+        output in its epilogue, and the activation's gradient in the fused backward), so no cast kernel runs.
     weight_grad: a backward operator that forms a weight gradient (a GEMM's or convolution's wgrad):
         nothing in the backward waits for it, so a zero-bubble pipeline (DualPipe, ZB1P) may run it
         later, apart from the input-gradient work (train/layers.split_weight_gradients).
@@ -82,6 +85,7 @@ class Op:
     unvectorized: float = 0.0
     kernel: str = ""
     tp_chunked: bool = True
+    quantized_in: tuple[str, ...] = ()
     weight_grad: bool = False
 
     @property

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from windtunnel.graph import context_parallel, stack_ops
+from windtunnel.graph import context_parallel, moe_block, stack_ops
 from windtunnel.graph.cuda_graphs import captured
 from windtunnel.graph.ops import Op, OpGraph
 from windtunnel.specs.model import ModelSpec
@@ -52,6 +52,13 @@ class Sharding:
     fused_loss: bool = True
     moe_imbalance: float = 1.0
     dispatch_bytes: float = ACT_BYTES
+    # HybridEP's dispatch writes the tokens it receives straight into expert order and its combine reads
+    # them from there (the permutation fused into the communication kernels): no separate permute passes.
+    permute_in_dispatch: bool = False
+    # The experts run the fused MXFP8 grouped MLP (plan expert_gemm=fused_mlp): the activation and the
+    # quantisation of its output ride in the up projection's epilogue, their backward in the down
+    # projection's data gradient; one kernel launch per projection, no per-expert library calls.
+    fused_expert_mlp: bool = False
     precision: str = "bf16"
     dedup_dispatch: bool = True
     gather_dispatch: bool = False
@@ -100,8 +107,11 @@ class _Builder:
     def gemm(self, name: str, m: int, n: int, k: int, deps: tuple[int, ...], *, saved: float | None = None,
              count: int = 1, model_flops: bool = True, sp_input: bool = False,
              host_ops: float | None = None, backward_host_ops: float | None = None,
-             precision: str | None = "plan", input_grad: bool = True) -> int:
-        # precision: the GEMM's own ('plan': the plan's); input_grad False: its input has no gradient.
+             precision: str | None = "plan", input_grad: bool = True, grouped_launch: bool = False,
+             quantized_in: tuple[str, ...] = ()) -> int:
+        # precision: the GEMM's own ('plan': the plan's); input_grad False: its input has no gradient;
+        # grouped_launch: the experts run as one kernel launch (no per-expert library calls); quantized_in:
+        # the phases in which its activation operand arrives quantised (Op.quantized_in).
         # Traffic: read A (m x k) and B (k x n), write C (m x n), 16-bit operands.
         moved = ACT_BYTES * (m * k + k * n + m * n)
         saved_bytes = ACT_BYTES * m * k * count if saved is None else saved
@@ -118,8 +128,9 @@ class _Builder:
         return self.g.add(Op(name, "gemm", flops=2.0 * m * n * k, bytes_moved=moved, saved_bytes=saved_bytes,
                              shape=(m, n, k), deps=deps, count=count, model_flops=model_flops,
                              precision=self.s.precision if precision == "plan" else precision, host_ops=host_ops,
-                             library_calls=count if count > 1 else 0, backward_host_ops=backward_host_ops,
-                             backward_bytes=None if input_grad else 0.0))
+                             library_calls=count if count > 1 and not grouped_launch else 0,
+                             backward_host_ops=backward_host_ops, backward_bytes=None if input_grad else 0.0,
+                             quantized_in=quantized_in))
 
     def memory(self, name: str, elements: float, deps: tuple[int, ...], *, passes: float = 2.0,
                saved: float = 0.0, flops_per_element: float = 1.0, host_ops: float = 1.0,
@@ -299,15 +310,23 @@ class _Builder:
 
     # -- feed-forward --------------------------------------------------------------------------
     def mlp_ops(self, prefix: str, tokens: int, width: int, deps: tuple[int, ...], count: int = 1,
-                sp_input: bool = False, clamp: bool = False, bias: bool = False) -> int:
+                sp_input: bool = False, clamp: bool = False, bias: bool = False, fused: bool = False) -> int:
         """Up (and gate) projection, activation, down projection: returns the index of the op whose
         output is the MLP's. ``clamp``: the GLU input is clipped first (GPT-OSS); ``bias``: the
-        projections carry per-expert biases (GPT-OSS), ``count`` being the local experts."""
+        projections carry per-expert biases (GPT-OSS), ``count`` being the local experts; ``fused``: the
+        fused MXFP8 grouped MLP (Sharding.fused_expert_mlp)."""
         m = self.model
         up_width = 2 * width if m.activation == "swiglu" else width
-        up = self.gemm(prefix + ".up_proj", tokens, up_width, m.hidden, deps, count=count, sp_input=sp_input)
+        # Fused, the down projection's data gradient applies the activation's derivative and quantises the
+        # result in its epilogue, so the up projection's backward GEMMs read an operand already quantised.
+        up = self.gemm(prefix + ".up_proj", tokens, up_width, m.hidden, deps, count=count, sp_input=sp_input,
+                       grouped_launch=fused, host_ops=1.0 if fused else None, quantized_in=("bwd",) if fused else ())
         up_elements = tokens * up_width * count
         act_input = up
+        # The fused kernels clamp the GLU input, scale by the routing probability and add the biases in their
+        # epilogues (NVIDIA technical blog, 2026-06-15, "Boosting MoE Training Throughput with Advanced Fusion
+        # Kernels": SwiGLU and GeGLU with clamping, scaling and bias), so none of those runs on its own.
+        clamp, bias = (False, False) if fused else (clamp, bias)
         if clamp:
             # Megatron-Core 0.14/0.15 (fused_bias_geglu.weighted_bias_quick_geglu_impl) clips the two
             # GLU halves with two clamps and concatenates them before its fused kernel: each half read
@@ -324,10 +343,15 @@ class _Builder:
         # With the clamp, the same function builds its linear-offset constant with torch.tensor(..., device=cuda)
         # on every call: a blocking host-to-device copy, so the host waits there.
         passes, backward_passes, launches = _activation_passes(m.activation == "swiglu", self.s.fused_elementwise)
+        if fused:
+            # In the up projection's epilogue (forward) and the down projection's data gradient (backward):
+            # no HBM pass and no launch of its own; its input is still saved for the backward.
+            passes = backward_passes = launches = 0.0
         act = self.memory(prefix + ".act", up_elements, (act_input,), passes=passes, saved=act_saved,
                           host_ops=(2.0 if clamp else launches), host_sync=clamp, backward_host_ops=launches,
                           backward_bytes=backward_passes * ACT_BYTES * up_elements)
-        down = self.gemm(prefix + ".down_proj", tokens, m.hidden, width, (act,), count=count)
+        down = self.gemm(prefix + ".down_proj", tokens, m.hidden, width, (act,), count=count, grouped_launch=fused,
+                         host_ops=1.0 if fused else None, quantized_in=("fwd",) if fused else ())
         if not bias:
             return down
         # The up projection's bias rides in the grouped GEMM's epilogue, but Megatron-Core's
@@ -354,78 +378,7 @@ class _Builder:
         return (self.memory("mlp_residual", s.sp_tokens * m.hidden, out, passes=3.0, saved=residual_saved),)
 
     def moe_mlp(self, x: tuple[int, ...]) -> tuple[int, ...]:
-        m, s = self.model, self.s
-        moe = m.moe
-        x = self.norm("moe_norm", x)
-        tokens = s.sp_tokens  # Megatron's all-to-all dispatcher routes the SP-sharded tokens
-        # Host ops of the routing path in Megatron-Core 0.14/0.15 (dropless, all-to-all, fused router and
-        # permutation, TP 1): router 4 (gating GEMM, forced balancing 2, fused top-k); preprocessing 11 (counts,
-        # their all-gather, four copies to the host) + fused permutation 4; token and probability all-to-alls 2;
-        # chunk sorts 2 + 3; combine 1; unpermute 1: 28 besides the experts (DeepEP's flex path ~25). Dropless
-        # routing sizes the all-to-all and GEMMs with counts read back to the host: it waits for the router.
-        router = self.gemm("router", tokens, moe.experts, m.hidden, x, host_ops=4.0, backward_host_ops=3.0)
-        permute = self.memory("permute", tokens * moe.topk * m.hidden, (router,), passes=2.0, saved=0.0,
-                              host_ops=15.0, backward_host_ops=1.0, host_sync=True)
-        self.graphed.append(("moe_router", range(router, router + 1)))
-        self.graphed.append(("moe_preprocess", range(permute, permute + 1)))
-        routed_tokens = tokens * moe.topk
-        # An all-to-all ends when the busiest rank has received (dispatch) or sent (combine) its imbalance x share.
-        sent = s.dispatch_bytes * routed_tokens * m.hidden * s.moe_imbalance
-        fanout = moe.topk if s.dedup_dispatch else 1
-        if s.gather_dispatch and s.ep > 1:
-            # Megatron's allgather dispatcher: every EP rank all-gathers the group's (unrouted) tokens and
-            # their routing, keeps those for its own experts, and reduce-scatters the outputs back: the
-            # volume does not grow with top-k (Megatron-Core token_dispatcher.MoEAllGatherTokenDispatcher).
-            gathered = s.dispatch_bytes * tokens * m.hidden * s.ep
-            dispatch = self.comm("dispatch", "all_gather", "ep", gathered, (permute,), host_ops=2.0)
-        else:
-            dispatch = (self.comm("dispatch", "all_to_all", "ep", sent, (permute,), fanout, host_ops=2.0)
-                        if s.ep > 1 else permute)
-        local_experts = moe.experts // s.ep
-        # Balanced routing sends tokens*topk tokens to this rank's experts on average; the busiest rank sets the pace.
-        per_expert = max(1, round(routed_tokens * s.moe_imbalance / local_experts))
-        received = per_expert * local_experts
-        expert_input = (dispatch,)
-        if s.etp > 1:
-            # Expert tensor parallelism (Megatron-Core expert_tensor_parallel_size, default tp): each expert's
-            # FFN is split over the TP group, so the dispatched tokens (allgather dispatcher: all the TP x EP
-            # group's tokens) are all-gathered over it, each rank computes 1/etp of every expert's width, and
-            # the outputs are reduce-scattered back.
-            gathered = ACT_BYTES * (tokens * s.ep if s.gather_dispatch else received) * m.hidden * s.etp
-            expert_input = (self.comm("expert_tp_gather", "all_gather", "tp", gathered, expert_input, tp_chunked=False),)
-            per_expert, received = per_expert * s.etp, received * s.etp
-        indexed = s.gather_dispatch and s.gather_index_passes is not None
-        if s.ep > 1 and local_experts > 1 and not indexed:
-            # Tokens arrive grouped by source rank; they are regrouped by local expert before the
-            # grouped GEMM, and back before the combine (Megatron's sort_chunks_by_idxs).
-            expert_input = (self.memory("sort_by_expert", received * m.hidden, expert_input, passes=2.0, host_ops=2.0),)
-        down = self.mlp_ops("experts", per_expert, moe.ffn_hidden // s.etp, expert_input, count=local_experts,
-                            clamp=moe.activation_clamp is not None, bias=moe.expert_bias)
-        if s.sequential_costs is not None:
-            down = stack_ops.sequential_experts(self, received, local_experts, (down,))
-        if indexed:
-            down = stack_ops.allgather_index_ops(self, received, tokens * s.ep * s.etp, (down,))
-        elif s.ep > 1 and local_experts > 1:
-            down = self.memory("unsort_by_expert", received * m.hidden, (down,), passes=2.0, host_ops=3.0)
-        if s.etp > 1:
-            scattered = tokens * s.ep * s.etp if s.gather_dispatch else received
-            down = self.comm("expert_tp_scatter", "reduce_scatter", "tp", ACT_BYTES * scattered * m.hidden, (down,), tp_chunked=False)
-        if s.gather_dispatch and s.ep > 1:
-            combine = self.comm("combine", "reduce_scatter", "ep", ACT_BYTES * tokens * m.hidden * s.ep, (down,))
-        else:
-            combine = (self.comm("combine", "all_to_all", "ep", sent / s.dispatch_bytes * ACT_BYTES, (down,), fanout)
-                       if s.ep > 1 else down)
-        # The routing probabilities are applied inside the expert activation (Megatron-Core's fused weighted
-        # SwiGLU), whose saved input gives their gradient; the unpermutation only scatters and sums.
-        unpermute = combine if indexed else self.memory("unpermute", tokens * moe.topk * m.hidden, (combine,), passes=2.0)
-        ends = [unpermute]
-        if moe.shared_experts:
-            width = moe.shared_ffn_hidden or moe.ffn_hidden
-            # Shared experts do not wait for the dispatch, so they overlap with it (unless run after the combine).
-            shared_in = self.enter_tp("shared", x if s.shared_overlap else (unpermute,))
-            shared = self.mlp_ops("shared_experts", s.tokens, width * moe.shared_experts // s.tp, shared_in, sp_input=True)
-            ends.extend(self.exit_tp("shared", (shared,)))
-        return (self.memory("moe_residual", tokens * m.hidden, tuple(ends), passes=3.0),)
+        return moe_block.moe_mlp(self, x)  # graph/moe_block.py
 
 
 def layer_forward(model: ModelSpec, shard: Sharding, *, moe: bool) -> OpGraph:

@@ -11,7 +11,8 @@ from windtunnel.specs.layout import BALANCED, stage_modules
 from windtunnel.specs.model import ModelSpec
 from windtunnel.specs.modules import OFFLOAD_MODULES, RECOMPUTE_MODULES
 from windtunnel.specs.plan_checks import OFFLOAD_OPTIMIZER_ALIASES as _OFFLOAD_OPT
-from windtunnel.specs.plan_checks import CudaGraphs, check_dp_shard, check_offload, divisors, offload_fraction
+from windtunnel.specs.plan_checks import CudaGraphs, check_dp_shard, check_offload, check_precision, divisors
+from windtunnel.specs.plan_checks import offload_fraction as offload_fraction
 
 Recompute = Literal["none", "selective", "full"]
 Schedule = Literal["1f1b", "interleaved", "dualpipe"]
@@ -54,12 +55,12 @@ class Plan(BaseModel):
     precision: Literal["bf16", "fp16", "fp8"] = "bf16"
     # FP8 scaling: per tensor, or MXFP8's 1x32 blocks (TE MXFP8BlockScaling, Megatron-Bridge fp8_mx).
     fp8_recipe: Literal["tensor", "mx"] = "tensor"
-    # MoE token dispatch: deepep (deduplicating, DeepEP/HybridEP), alltoall (one copy per routed expert),
-    # allgather (Megatron's allgather dispatcher: every EP rank gathers the group's tokens and keeps its own).
-    dispatcher: Literal["alltoall", "deepep", "allgather"] = "deepep"
-    # Local experts as one grouped GEMM (--moe-grouped-gemm) or Megatron-Core's SequentialMLP loop
-    # (sequential); unset: the stack's kernels.expert_gemm.
-    expert_gemm: Literal["grouped", "sequential"] = "grouped"
+    # MoE token dispatch (cli/keys.py): alltoall, deepep (deduplicating, permuted on the receiving rank),
+    # hybridep (HybridEP, permutation fused into its kernels) or allgather (graph/moe_block.py).
+    dispatcher: Literal["alltoall", "deepep", "hybridep", "allgather"] = "deepep"
+    # Local experts: one grouped GEMM, Megatron-Core's SequentialMLP loop, or the fused MXFP8 grouped MLP
+    # (fused_mlp: cuDNN's grouped GEMM GLU kernels); unset: the stack's kernels.expert_gemm.
+    expert_gemm: Literal["grouped", "sequential", "fused_mlp"] = "grouped"
     # Which weights' gradients the weight-gradient GEMM accumulates straight into the main gradients
     # (Megatron's gradient_accumulation_fusion; MindSpeed's --gemm-gradient-accumulation-fusion for the
     # grouped experts): all, experts only, or none (each micro-batch's 16-bit gradient is then added to
@@ -345,9 +346,7 @@ def validate_plan(plan: Plan, model: ModelSpec | None, devices: int, seq_len: in
     check_whole("seq_len", seq_len, 1, MAX_SEQ_LEN, what=" tokens")
     check_whole("global_batch", global_batch, 1, 1 << 62, what=" sequences")
     check_whole("devices", devices, 1, MAX_DEVICES)
-    if plan.fp8_recipe == "mx" and plan.precision != "fp8":
-        fail("fp8_recipe", f"Plan field 'fp8_recipe' is 'mx' (MXFP8 block scaling) but precision is '{plan.precision}'; "
-             "set precision=fp8, or leave fp8_recipe out.")
+    check_precision(plan)
     if plan.etp not in (1, plan.tp):
         fail("etp", f"Plan field 'etp' is {plan.etp}: expert tensor parallelism splits each expert over the "
              f"tensor-parallel group (Megatron-Core's default expert_tensor_parallel_size = tp), so etp must be "

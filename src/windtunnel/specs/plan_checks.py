@@ -117,6 +117,18 @@ def check_dp_shard(plan: Plan, dp: int) -> None:
              f"choose dp_shard so that {expert_dp} is a multiple of dp/dp_shard, or lower ep.")
 
 
+def check_precision(plan: Plan) -> None:
+    """The FP8 recipe needs FP8; the fused MXFP8 grouped MLP needs the MXFP8 recipe."""
+    if plan.fp8_recipe == "mx" and plan.precision != "fp8":
+        raise WindtunnelError(f"Plan field 'fp8_recipe' is 'mx' (MXFP8 block scaling) but precision is "
+                              f"'{plan.precision}'; set precision=fp8, or leave fp8_recipe out.", field="fp8_recipe")
+    if plan.expert_gemm == "fused_mlp" and (plan.precision != "fp8" or plan.fp8_recipe != "mx"):
+        raise WindtunnelError(
+            "Plan field 'expert_gemm' is 'fused_mlp' (the fused MXFP8 grouped MLP: up projection, GLU and quantisation "
+            f"in one kernel), which runs only in MXFP8, but the plan has precision '{plan.precision}' and fp8_recipe "
+            f"'{plan.fp8_recipe}'; set precision=fp8,fp8_recipe=mx, or use expert_gemm=grouped.", field="expert_gemm")
+
+
 def check_offload(plan: Plan, layers: int) -> Plan:
     """Megatron's rules for activation offloading; an unstated recompute mode becomes none."""
     if not plan.offload_layers:

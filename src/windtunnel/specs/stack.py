@@ -49,7 +49,8 @@ class Kernels(_Frozen):
     repeat_kv: bool = False
     # How a MoE layer runs its local experts when the plan does not say: 'grouped' (one grouped GEMM
     # kernel, Megatron's --moe-grouped-gemm) or 'sequential' (Megatron-Core's SequentialMLP: a Python
-    # loop of one MLP per expert over slices of the permuted tokens).
+    # loop of one MLP per expert over slices of the permuted tokens); 'fused_mlp' (the fused MXFP8 grouped
+    # MLP, plan field expert_gemm) is a plan's choice, since it runs only in MXFP8.
     expert_gemm: Literal["grouped", "sequential"] = "grouped"
     # Weights whose gradients the weight-gradient GEMM accumulates into the fp32 main gradients when the plan
     # does not say (plan grad_accum_fusion): all (Transformer Engine, Megatron's fused wgrad), experts, none.
@@ -154,9 +155,9 @@ class Comm(_Frozen):
     tp_overlap: bool = False
     # Context parallelism: ring P2P of K/V blocks, one all-gather of K/V, or Ulysses all-to-all of heads.
     context_parallel: Literal["ring", "allgather", "ulysses"] = "ring"
-    # MoE token dispatch: all-to-all, all-gather (every EP rank gets every token) or a deduplicating
-    # dispatcher (DeepEP / HybridEP style).
-    moe_dispatcher: Literal["alltoall", "allgather", "deepep"] = "deepep"
+    # MoE token dispatch: all-to-all, all-gather (every EP rank gets every token), a deduplicating
+    # dispatcher (DeepEP / HybridEP style), or HybridEP with the permutation fused into its kernels (hybridep).
+    moe_dispatcher: Literal["alltoall", "allgather", "deepep", "hybridep"] = "deepep"
     # The allgather dispatcher's row selection by index, when it runs as separate eager ops: passes
     # (16-bit, rows x hidden) over the rows routed to this rank and over all gathered tokens, forward
     # and backward: [forward routed, forward gathered, backward routed, backward gathered]. None: the

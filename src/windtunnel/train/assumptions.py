@@ -72,8 +72,14 @@ def step_assumptions(job: Any, builder: Any) -> list[str]:
                    "(the load-imbalance factor does not apply)")
         if plan.ep > 1:
             out.append(f"expert dispatch in {'fp8' if plan.precision == 'fp8' else '16-bit'}, combine in 16-bit; "
-                       + ("deduplicating dispatcher (DeepEP-style: one copy per remote domain)"
-                          if plan.dispatcher == "deepep" else "plain all-to-all (one copy per routed expert)"))
+                       + {"deepep": "deduplicating dispatcher (DeepEP-style: one copy per remote domain)",
+                          "hybridep": "HybridEP dispatcher (one copy per remote domain), the permutation into expert "
+                                      "order fused into its dispatch and combine kernels"}.get(
+                              plan.dispatcher, "plain all-to-all (one copy per routed expert)"))
+        if plan.expert_gemm == "fused_mlp":
+            out.append("experts as the fused MXFP8 grouped MLP: activation and quantisation in the up projection's "
+                       "epilogue (forward) and the down projection's data gradient (backward), one launch per "
+                       "projection")
     if builder.mtp:
         out.append(f"{builder.mtp} multi-token-prediction module(s) after the last layer, where the layout places "
                    "them: a projection, one transformer layer and the shared output layer and loss each (a copy "

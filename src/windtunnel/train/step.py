@@ -163,7 +163,9 @@ class _StepBuilder(PipelinePlay):
                               shared_overlap=stack.comm.shared_expert_overlap,
                               mla_pad_v=kernels.mla_pad_v, embedding_matmul=plan.embedding_lookup == "matmul",
                               moe_imbalance=job.moe_imbalance if plan.ep > 1 else 1.0,  # ep=1: no rank waits for another
-                              precision=plan.precision, dedup_dispatch=plan.dispatcher == "deepep",
+                              precision=plan.precision, dedup_dispatch=plan.dispatcher in ("deepep", "hybridep"),
+                              permute_in_dispatch=plan.dispatcher == "hybridep",
+                              fused_expert_mlp=plan.expert_gemm == "fused_mlp",
                               gather_dispatch=plan.dispatcher == "allgather",
                               dispatch_bytes=1.0 if plan.precision == "fp8" else ACT_BYTES,
                               cuda_graphs="full" if kernels.host_issue == "compiled" else plan.cuda_graphs)
