@@ -30,27 +30,34 @@ def _moe_ops(**shard) -> dict:
     return {op.name: op for op in graph.ops}
 
 
-def test_hybridep_drops_the_reordering_its_fused_kernels_do():
-    separate = _moe_ops(dedup_dispatch=True)
-    fused = _moe_ops(dedup_dispatch=True, permute_in_dispatch=True)
-    assert all(separate[name].bytes_moved > 0 for name in PERMUTATION)
-    # The arrival-side regrouping by expert and its undoing run inside HybridEP's dispatch and combine kernels.
-    assert not {"sort_by_expert", "unsort_by_expert"} & set(fused)
-    # The preprocessing (routing map, token counts) and its host wait stay.
-    assert fused["permute"].host_sync and fused["permute"].host_ops == 15.0
-    # The collectives are the same deduplicated dispatch and combine.
+def test_each_dispatcher_reorders_tokens_where_megatron_does():
+    alltoall = _moe_ops(dedup_dispatch=False)
+    deepep = _moe_ops(dedup_dispatch=True)
+    hybridep = _moe_ops(dedup_dispatch=True, permute_in_dispatch=True)
+    # All-to-all: permute before sending, regroup on arrival, undo both (four passes over the tokens).
+    assert all(alltoall[name].bytes_moved > 0 for name in PERMUTATION)
+    # Flex dispatcher (DeepEP, HybridEP): the tokens leave unpermuted and are reordered on arrival only.
+    assert deepep["permute"].bytes_moved == 0 and "unpermute" not in deepep
+    assert deepep["sort_by_expert"].bytes_moved == alltoall["sort_by_expert"].bytes_moved > 0
+    assert deepep["unsort_by_expert"].bytes_moved > 0
+    # HybridEP with the reordering fused into its kernels: no pass of its own.
+    assert hybridep["permute"].bytes_moved == 0 and not {"sort_by_expert", "unsort_by_expert", "unpermute"} & set(hybridep)
+    # The preprocessing (routing map, token counts) and its host wait stay on every path.
+    assert all(ops["permute"].host_sync and ops["permute"].host_ops == 15.0 for ops in (alltoall, deepep, hybridep))
+    # Deduplicating dispatchers send each token once per rank; the collectives are the same for both.
+    assert deepep["dispatch"].fanout == hybridep["dispatch"].fanout == 8 and alltoall["dispatch"].fanout == 1
     for name in ("dispatch", "combine"):
-        assert (fused[name].bytes_moved, fused[name].fanout) == (separate[name].bytes_moved, separate[name].fanout)
-    # Without expert parallelism nothing is dispatched, so nothing changes.
-    alone = layer_forward(load_model("qwen3-30b-a3b"), Sharding(ep=1, micro_batch=2, seq_len=4096,
-                                                                permute_in_dispatch=True), moe=True)
-    assert {op.name for op in alone.ops} == {op.name for op in layer_forward(
-        load_model("qwen3-30b-a3b"), Sharding(ep=1, micro_batch=2, seq_len=4096), moe=True).ops}
+        assert deepep[name].bytes_moved == hybridep[name].bytes_moved
+    # Without expert parallelism nothing is dispatched, so the dispatcher changes nothing.
+    alone = [layer_forward(load_model("qwen3-30b-a3b"), Sharding(ep=1, micro_batch=2, seq_len=4096, **flags), moe=True)
+             for flags in ({}, {"dedup_dispatch": True, "permute_in_dispatch": True})]
+    assert [op.bytes_moved for op in alone[0].ops] == [op.bytes_moved for op in alone[1].ops]
 
 
-def test_hybridep_is_faster_than_deepep_by_the_passes_it_fuses():
-    deepep, hybridep = simulate(_job(MX + ",dispatcher=deepep")), simulate(_job(MX + ",dispatcher=hybridep"))
-    assert hybridep.step_time_s < deepep.step_time_s
+def test_fewer_reordering_passes_make_a_faster_step():
+    alltoall, deepep = simulate(_job(MX + ",dispatcher=alltoall")), simulate(_job(MX + ",dispatcher=deepep"))
+    hybridep = simulate(_job(MX + ",dispatcher=hybridep"))
+    assert hybridep.step_time_s < deepep.step_time_s < alltoall.step_time_s
     assert "permutation into expert order fused" in " ".join(hybridep.assumptions)
 
 
@@ -118,3 +125,48 @@ def test_fused_mlp_clamps_and_adds_biases_in_its_epilogue():
 
     assert {"experts.act_clamp", "experts.bias"} <= names(False)
     assert not {"experts.act_clamp", "experts.bias"} & names(True)
+
+
+def test_a_kernel_path_no_row_runs_is_an_extrapolation():
+    from windtunnel.api import simulate_training
+
+    plan = MX + ",dispatcher=hybridep,expert_gemm=fused_mlp"
+    fused = simulate_training("qwen3-30b-a3b", "gb200", 8, plan=plan, seq_len=4096, global_batch=64)
+    assert fused.extrapolation["extrapolating"]
+    assert any("dispatcher=hybridep, expert_gemm=fused_mlp" in reason for reason in fused.extrapolation["reasons"])
+    plain = simulate_training("qwen3-30b-a3b", "gb200", 8, plan=MX + ",dispatcher=deepep", seq_len=4096, global_batch=64)
+    assert not any("kernel path" in reason for reason in plain.extrapolation["reasons"])
+
+
+def test_fp8_attention_runs_the_attention_matmuls_at_the_fp8_peak():
+    plan = "tp=1,pp=1,ep=8,mbs=2,recompute=none,precision=fp8"
+    graph = layer_forward(load_model("qwen3-30b-a3b"), Sharding(ep=8, micro_batch=2, seq_len=4096, precision="fp8",
+                                                                fp8_attention=True), moe=True)
+    assert {op.precision for op in graph.ops if op.kind == "attention"} == {"fp8"}
+    assert {op.precision for op in backward_of(graph).ops if op.kind == "attention"} == {"fp8"}
+    for chip in ("h100-sxm", "gb200"):
+        job = _job(plan, chip=chip)
+        base, fast = simulate(job), simulate(_job(plan + ",fp8_attention=true", chip=chip))
+        assert fast.step_time_s < base.step_time_s
+        assert "fp8_attention=true" in fast.plan and parse_plan(fast.plan).fp8_attention
+
+
+def test_fp8_attention_gains_at_most_the_peak_ratio_times_the_efficiency_share():
+    from windtunnel.cost.compute import attention_time
+    from windtunnel.graph.ops import Op
+
+    chip = load_chip("h100-sxm")
+    eff = efficiency_for(chip, {})
+    op = Op("core_attention", "attention", flops=4e12, shape=(64, 4096, 4096, 128), kernel="flash")
+    sixteen, eight = attention_time(op, chip, eff), attention_time(Op(**{**op.__dict__, "precision": "fp8"}), chip, eff)
+    ratio = chip.peak("fp8") / chip.peak("bf16") * eff.attention_fp8_ratio
+    assert eight < sixteen and sixteen / eight <= ratio + 1e-9
+
+
+def test_fp8_attention_needs_fp8(cli):
+    with pytest.raises(WindtunnelError) as err:
+        simulate(_job("tp=1,pp=1,ep=8,fp8_attention=true"))
+    assert err.value.field == "fp8_attention" and "precision=fp8" in str(err.value)
+    assert_one_clear_error(cli("train", "simulate", "--model", "qwen3-30b-a3b", "--hardware", "gb200", "--devices", "8",
+                               "--global-batch", "64", "--seq-len", "4096", "--plan", "tp=1,pp=1,ep=8,fp8_attention=true"),
+                           "fp8_attention", "precision=fp8")

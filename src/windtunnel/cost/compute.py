@@ -53,6 +53,10 @@ def attention_time(op: Op, chip: Chip, eff: Efficiency) -> float:
     window_keys, window_share = (op.shape[4], op.shape[5]) if len(op.shape) > 5 else (0, 0.0)
     peak = chip.peak("bf16") if "bf16" in chip.peak_flops else chip.peak("fp16")
     maximum = eff.attention_max(op.kernel, op.phase == "bwd")
+    if op.precision == "fp8" and "fp8" in chip.peak_flops:
+        # FP8 attention (plan fp8_attention): the matmuls at the FP8 peak, at a share of the 16-bit kernel's
+        # fraction of it (efficiency.yaml attention.fp8_ratio); the exponentials are unchanged.
+        peak, maximum = chip.peak("fp8"), maximum * eff.attention_fp8_ratio
     # At full efficiency the kernel is bound by the slower of its matrix units (score and value
     # FLOPs) and its special-function units (one exponential per score): small heads put more
     # exponentials on each FLOP, so on chips with few SFUs (Blackwell) they bound the kernel.

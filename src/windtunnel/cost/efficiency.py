@@ -46,6 +46,7 @@ class Efficiency:
     half_message_bytes: float
     optimizer_bytes_per_param: float
     tree_bandwidth_factor: float = 0.5
+    attention_fp8_ratio: float = 0.85  # FP8 attention's share of the 16-bit kernel's fraction of peak
     host_op_s: float = 0.0
     host_library_call_s: float = 0.0
     host_link: float = 0.8
@@ -153,6 +154,7 @@ def _efficiency_for(chip: Chip, fitted_override: dict | None, family: str) -> Ef
         attention_fwd=float(attention["fwd_efficiency"]),
         attention_bwd=float(attention["bwd_efficiency"]),
         attention_half_length=float(attention["half_length"]),
+        attention_fp8_ratio=float(attention["fp8_ratio"]),
         memory_bandwidth=float(p["memory"]["bandwidth_efficiency"]),
         unvectorized_bandwidth=float(p["memory"]["unvectorized_factor"]),
         kernel_overhead_s=float(p["kernel_overhead_s"]),

@@ -27,18 +27,18 @@ def moe_mlp(builder: _Builder, x: tuple[int, ...]) -> tuple[int, ...]:
     # chunk sorts 2 + 3; combine 1; unpermute 1: 28 besides the experts (DeepEP's flex path ~25). Dropless
     # routing sizes the all-to-all and GEMMs with counts read back to the host: it waits for the router.
     router = builder.gemm("router", tokens, moe.experts, m.hidden, x, host_ops=4.0, backward_host_ops=3.0)
-    # Where tokens are reordered: the all-to-all dispatcher permutes the routed copies before sending (permute),
-    # regroups what arrives by local expert (sort_chunks_by_idxs: sort_by_expert), and undoes both after the
-    # experts (unsort_by_expert, then unpermute, which also sums a token's copies). A deduplicating dispatcher
-    # (Megatron-Core's flex dispatcher, core_r0.17/0.18 token_dispatcher.py: DeepEP's fused_dispatch or HybridEP's
-    # dispatch_with_permute) sends the tokens unpermuted and reorders them on arrival only, so two of those four
-    # passes are not what it runs; they are kept for it (validation/extra_training_runs_NOTES.md, first stop of
-    # 2026-12-07: dropping them makes the rows that state deepep 5.2% -> 7.7% off, too fast, so the MoE path lacks
-    # that much cost elsewhere, and both should land together). HybridEP with the reordering fused into its
-    # kernels (Sharding.permute_in_dispatch; Megatron's moe_permute_fusion_into_hybridep) drops the arrival-side
-    # pair (sort_by_expert, unsort_by_expert), the kernels its fusion removes. The preprocessing always stays.
-    fused_permute = s.permute_in_dispatch and s.dedup_dispatch and s.ep > 1 and not s.gather_dispatch
-    permute = builder.memory("permute", tokens * moe.topk * m.hidden, (router,), passes=2.0,
+    # Where tokens are reordered (Megatron-Core token_dispatcher.py, core_r0.17/0.18): the all-to-all dispatcher
+    # permutes the routed copies before sending (permute), regroups what arrives by local expert
+    # (sort_chunks_by_idxs: sort_by_expert), and undoes both after the experts (unsort_by_expert, then unpermute,
+    # which also sums a token's copies). A deduplicating dispatcher (the flex dispatcher: DeepEP's fused_dispatch
+    # then permute, HybridEP's dispatch_with_permute) sends the tokens unpermuted and reorders them on arrival
+    # only: one permute into expert order there (played as sort_by_expert) and its undoing before the combine
+    # (unsort_by_expert), whose kernel sums the copies across ranks. HybridEP with the reordering fused into its
+    # kernels (Sharding.permute_in_dispatch; Megatron's moe_permute_fusion_into_hybridep) has neither. The
+    # preprocessing (routing map, token counts) stays either way.
+    arrival_only = s.dedup_dispatch and s.ep > 1 and not s.gather_dispatch
+    fused_permute = s.permute_in_dispatch and arrival_only
+    permute = builder.memory("permute", tokens * moe.topk * m.hidden, (router,), passes=0.0 if arrival_only else 2.0,
                              saved=0.0, host_ops=15.0, backward_host_ops=1.0, host_sync=True)
     builder.graphed.append(("moe_router", range(router, router + 1)))
     builder.graphed.append(("moe_preprocess", range(permute, permute + 1)))
@@ -69,7 +69,7 @@ def moe_mlp(builder: _Builder, x: tuple[int, ...]) -> tuple[int, ...]:
         expert_input = (builder.comm("expert_tp_gather", "all_gather", "tp", gathered, expert_input, tp_chunked=False),)
         per_expert, received = per_expert * s.etp, received * s.etp
     indexed = s.gather_dispatch and s.gather_index_passes is not None
-    if s.ep > 1 and local_experts > 1 and not indexed and not fused_permute:
+    if s.ep > 1 and (local_experts > 1 or arrival_only) and not indexed and not fused_permute:
         # Tokens arrive grouped by source rank; they are regrouped by local expert before the
         # grouped GEMM, and back before the combine (Megatron's sort_chunks_by_idxs).
         expert_input = (builder.memory("sort_by_expert", received * m.hidden, expert_input, passes=2.0, host_ops=2.0),)
@@ -79,7 +79,7 @@ def moe_mlp(builder: _Builder, x: tuple[int, ...]) -> tuple[int, ...]:
         down = stack_ops.sequential_experts(builder, received, local_experts, (down,))
     if indexed:
         down = stack_ops.allgather_index_ops(builder, received, tokens * s.ep * s.etp, (down,))
-    elif s.ep > 1 and local_experts > 1 and not fused_permute:
+    elif s.ep > 1 and (local_experts > 1 or arrival_only) and not fused_permute:
         down = builder.memory("unsort_by_expert", received * m.hidden, (down,), passes=2.0, host_ops=3.0)
     if s.etp > 1:
         scattered = tokens * s.ep * s.etp if s.gather_dispatch else received
@@ -91,7 +91,7 @@ def moe_mlp(builder: _Builder, x: tuple[int, ...]) -> tuple[int, ...]:
                    if s.ep > 1 else down)
     # The routing probabilities are applied inside the expert activation (Megatron-Core's fused weighted
     # SwiGLU), whose saved input gives their gradient; the unpermutation only scatters and sums.
-    unpermute = (combine if indexed else
+    unpermute = (combine if indexed or arrival_only else
                  builder.memory("unpermute", tokens * moe.topk * m.hidden, (combine,), passes=2.0))
     ends = [unpermute]
     if moe.shared_experts:

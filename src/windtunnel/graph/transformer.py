@@ -9,7 +9,7 @@ Units: FLOPs, bytes, tokens.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from windtunnel.graph import context_parallel, moe_block, stack_ops
 from windtunnel.graph.cuda_graphs import captured
@@ -59,6 +59,7 @@ class Sharding:
     # quantisation of its output ride in the up projection's epilogue, their backward in the down
     # projection's data gradient; one kernel launch per projection, no per-expert library calls.
     fused_expert_mlp: bool = False
+    fp8_attention: bool = False  # plan fp8_attention: attention's matmuls in FP8
     precision: str = "bf16"
     dedup_dispatch: bool = True
     gather_dispatch: bool = False
@@ -392,7 +393,10 @@ def layer_forward(model: ModelSpec, shard: Sharding, *, moe: bool) -> OpGraph:
         start = len(builder.g)
         builder.dense_mlp(x)
         builder.graphed.append(("mlp", range(start, len(builder.g))))
-    return captured(builder.g, builder.graphed, shard.cuda_graphs)
+    graph = builder.g
+    if shard.fp8_attention:  # the attention kernels' matmuls run in FP8 (cost.compute.attention_time)
+        graph = OpGraph([replace(op, precision="fp8") if op.kind == "attention" else op for op in graph.ops])
+    return captured(graph, builder.graphed, shard.cuda_graphs)
 
 
 def embedding_forward(model: ModelSpec, shard: Sharding) -> OpGraph:

@@ -165,7 +165,7 @@ class _StepBuilder(PipelinePlay):
                               moe_imbalance=job.moe_imbalance if plan.ep > 1 else 1.0,  # ep=1: no rank waits for another
                               precision=plan.precision, dedup_dispatch=plan.dispatcher in ("deepep", "hybridep"),
                               permute_in_dispatch=plan.dispatcher == "hybridep",
-                              fused_expert_mlp=plan.expert_gemm == "fused_mlp",
+                              fused_expert_mlp=plan.expert_gemm == "fused_mlp", fp8_attention=plan.fp8_attention,
                               gather_dispatch=plan.dispatcher == "allgather",
                               dispatch_bytes=1.0 if plan.precision == "fp8" else ACT_BYTES,
                               cuda_graphs="full" if kernels.host_issue == "compiled" else plan.cuda_graphs)
