@@ -170,3 +170,47 @@ def test_fp8_attention_needs_fp8(cli):
     assert_one_clear_error(cli("train", "simulate", "--model", "qwen3-30b-a3b", "--hardware", "gb200", "--devices", "8",
                                "--global-batch", "64", "--seq-len", "4096", "--plan", "tp=1,pp=1,ep=8,fp8_attention=true"),
                            "fp8_attention", "precision=fp8")
+
+
+def test_search_runs_every_plan_on_the_fixed_kernel_paths(cli):
+    import json
+
+    from windtunnel.api import search_training
+    from windtunnel.train.search import screen_plan
+    from windtunnel.train.space import SearchSpace
+
+    found = search_training("qwen3-30b-a3b", "gb200", 8, seq_len=4096, global_batch=64, precision="fp8",
+                            fp8_recipe="mx", fixed="expert_gemm=fused_mlp,fp8_attention=true", top=3, refine=4,
+                            pins={"tp": [1], "pp": [1], "ep": [8], "cp": [1]})
+    assert found.fixed == "expert_gemm=fused_mlp,fp8_attention=true"
+    assert found.plans and all("expert_gemm=fused_mlp" in p["plan"] and "fp8_attention=true" in p["plan"]
+                               for p in found.plans)
+    plain = search_training("qwen3-30b-a3b", "gb200", 8, seq_len=4096, global_batch=64, precision="fp8",
+                            fp8_recipe="mx", top=3, refine=4, pins={"tp": [1], "pp": [1], "ep": [8], "cp": [1]})
+    assert plain.fixed is None and found.best["tokens_per_s"] > plain.best["tokens_per_s"]
+    # The screen of one plan keeps the plan's own kernel paths.
+    space = SearchSpace(load_model("qwen3-30b-a3b"), load_hardware("gb200", 8), 4096, 64, precision="fp8",
+                        fp8_recipe="mx")
+    plan = parse_plan(found.best["plan"])
+    assert screen_plan(space, plan) < screen_plan(space, plan.model_copy(
+        update={"expert_gemm": "grouped", "fp8_attention": False}))
+    # Searches with and without fixed paths never share a resume file.
+    fixed = SearchSpace(load_model("qwen3-30b-a3b"), load_hardware("gb200", 8), 4096, 64, precision="fp8",
+                        fp8_recipe="mx", fixed="fp8_attention=true")
+    assert fixed.fingerprint() != space.fingerprint()
+    # The CLI takes it and reports it under the JSON key 'fixed'.
+    proc = cli("train", "search", "--model", "qwen3-30b-a3b", "--hardware", "gb200", "--devices", "8",
+               "--global-batch", "64", "--seq-len", "4096", "--precision", "fp8", "--fp8-recipe", "mx",
+               "--fixed", "fp8_attention=true", "--pin", "tp=1", "--pin", "pp=1", "--pin", "ep=8", "--top", "2",
+               "--refine", "2", "--workers", "1", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["fixed"] == "fp8_attention=true"
+
+
+@pytest.mark.parametrize(("fixed", "words"), [("tp=2", ("fixed", "tp", "expert_gemm")),
+                                               ("expert_gemm=fused_mlp", ("expert_gemm", "fp8_recipe=mx")),
+                                               ("fp8_attention=maybe", ("fp8_attention", "maybe"))])
+def test_search_fixed_errors_are_one_clear_paragraph(cli, fixed, words):
+    proc = cli("train", "search", "--model", "qwen3-30b-a3b", "--hardware", "gb200", "--devices", "8",
+               "--global-batch", "64", "--seq-len", "4096", "--fixed", fixed)
+    assert_one_clear_error(proc, *words)

@@ -240,6 +240,7 @@ def search_training(
     workers: int | None = 1,
     progress=None,
     fp8_recipe: str = "tensor",
+    fixed: str = "",
 ) -> TrainingSearch:
     """Search the parallel-plan space for the fastest plans that fit (``windtunnel train search``).
 
@@ -248,7 +249,8 @@ def search_training(
     ["none", "full"]}`` (dimensions of windtunnel.train.space.DIMENSIONS). ``top``: plans kept; ``refine``: best
     screened plans re-simulated on the event engine; ``baseline``: a plan whose tokens/s the best is compared
     with. ``fp8_recipe``: every plan's FP8 scaling ('tensor', or 'mx' for MXFP8 on a chip with block-scaled
-    FP8). ``workers``: local processes (None: every core). ``progress(phase, done, total)``: called as
+    FP8). ``fixed``: kernel paths every plan runs, in --plan syntax (e.g. 'expert_gemm=fused_mlp,fp8_attention=true';
+    windtunnel.train.space.FIXED_FIELDS). ``workers``: local processes (None: every core). ``progress(phase, done, total)``: called as
     candidates finish. Returns a :class:`TrainingSearch`: its fields are the JSON keys of ``train search
     --json``; plans best first with step_time_s (s), tokens_per_s, mfu (0-1), peak_memory_bytes (bytes);
     ``.to_frame()`` is the plans as a DataFrame.
@@ -272,7 +274,7 @@ def search_training(
     space = SearchSpace(spec, cluster, seq_len, global_batch, precision=precision, moe_imbalance=moe_imbalance,
                         choices=dict(pins or {}), cuda_graphs=cuda_graphs, grads=stack_plan.grads,
                         dispatcher=stack_plan.dispatcher, framework=stack.id, fitted_override=fitted,
-                        fp8_recipe=fp8_recipe)
+                        fp8_recipe=fp8_recipe, fixed=fixed)
     runner = make_backend("local", workers=workers)
     try:
         document = run_search(space, runner, top=top, refine_count=refine, baseline=baseline, progress=progress)

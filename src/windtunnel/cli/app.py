@@ -218,6 +218,9 @@ def train_search(
     framework: str = typer.Option("megatron", help=FRAMEWORK_HELP),
     fp8_recipe: str = typer.Option("tensor", help="FP8 scaling in every plan with --precision fp8: tensor (one "
                                    "scale per tensor) or mx (MXFP8 1x32 blocks; Blackwell)."),
+    fixed: str = typer.Option("", help="Kernel paths every plan runs, in --plan syntax: expert_gemm, fp8_attention, "
+                              "act_fp8_store, grad_accum_fusion, embedding_lookup (e.g. "
+                              "'expert_gemm=fused_mlp,fp8_attention=true')."),
     profile: Path | None = typer.Option(None, help=PROFILE_HELP),
     backend: str = typer.Option("local", help="local (processes on this machine) or ray."),
     address: str | None = typer.Option(None, help="Ray cluster address ('auto' joins a running cluster)."),
@@ -295,7 +298,7 @@ def train_search(
     space = SearchSpace(spec, cluster, seq_len, global_batch, precision=precision, moe_imbalance=moe_imbalance,
                         choices=_parse_pins(pin), flash_attention=_flag(no_flash), fused_loss=_flag(unfused_loss),
                         cuda_graphs=cuda_graphs, grads=grads, moments=moments, dispatcher=dispatcher,
-                        fp8_recipe=fp8_recipe,
+                        fp8_recipe=fp8_recipe, fixed=fixed,
                         framework=load_stack(framework).id, fitted_override=fitted)
     state_path = state or Path(f".windtunnel-search-{space.fingerprint()}.json")
     runner = make_backend(backend, address=address, workers=workers)

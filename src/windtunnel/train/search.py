@@ -12,7 +12,7 @@ from windtunnel.search.runner import SearchState, ranked, run_search
 from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.plan import parse_plan, validate_plan
 from windtunnel.train.screen import Screen
-from windtunnel.train.space import SearchSpace, ShardKey, cost_shard, prune, refine
+from windtunnel.train.space import FIXED_FIELDS, SearchSpace, ShardKey, cost_shard, prune, refine
 
 RESULT_KEYS = ("step_time_s", "tokens_per_s", "tokens_per_s_per_device", "mfu", "hfu", "model_tflops_per_device",
                "peak_memory_bytes", "memory_capacity_bytes", "feasible", "infeasible_reason", "breakdown")
@@ -95,7 +95,8 @@ def search_training(space: SearchSpace, backend: Any, *, top: int = 20, refine_c
     if baseline_plan is not None:
         # The baseline runs in the searched plans' precisions and issue mode unless it says otherwise.
         unstated = {"precision": space.precision, "cuda_graphs": space.cuda_graphs, "grads": space.grads,
-                    "moments": space.moments, "dispatcher": space.dispatcher, "fp8_recipe": space.fp8_recipe}
+                    "moments": space.moments, "dispatcher": space.dispatcher, "fp8_recipe": space.fp8_recipe,
+                    **space.fixed_fields}
         baseline_plan = baseline_plan.model_copy(update={key: value for key, value in unstated.items()
                                                          if key not in baseline_plan.model_fields_set})
         # Checked before the search starts: a bad baseline must not cost a whole search.
@@ -164,7 +165,7 @@ def build_document(space: SearchSpace, state: SearchState, *, top: int, baseline
         "devices": space.cluster.devices, "seq_len": space.seq_len, "global_batch": space.global_batch,
         "precision": space.precision, "cuda_graphs": space.cuda_graphs, "grads": space.grads,
         "moments": space.moments, "dispatcher": space.dispatcher, "framework": space.framework,
-        "fp8_recipe": space.fp8_recipe,
+        "fp8_recipe": space.fp8_recipe, **({"fixed": space.fixed} if space.fixed_fields else {}),
         "candidates": {"enumerated": state.enumerated, "pruned": dict(sorted(pruned.items())),
                        "screened": state.screened, "refined": len(state.refined)},
         "elapsed_s": dict(sorted(state.elapsed_s.items())),
@@ -203,6 +204,8 @@ def screen_plan(space: SearchSpace, plan) -> float | None:
                          fused_loss=space.fused_loss, cuda_graphs=plan.cuda_graphs, grads=plan.grads,
                          framework=space.framework,
                          moments=plan.moments, dispatcher=plan.dispatcher, fp8_recipe=plan.fp8_recipe,
+                         fixed=",".join(f"{name}={str(getattr(plan, name)).lower()}" for name in FIXED_FIELDS
+                                        if name in plan.model_fields_set or getattr(plan, name) != Plan.model_fields[name].default),
                          choices={"tp": [plan.tp], "pp": [plan.pp], "vpp": [plan.vpp], "cp": [plan.cp], "ep": [plan.ep],
                                   "mbs": [plan.mbs], "recompute": [level], "zero": [plan.zero],
                                   "sp": [plan.sequence_parallel], "tp_overlap": [plan.tp_overlap and plan.sequence_parallel],

@@ -16,8 +16,8 @@ class TrainingSearch(JsonResult):
     analytic screen) and ``breakdown`` (s per category). ``to_frame()``: the plans as a DataFrame."""
 
     TABLE = "plans"
-    OPTIONAL = ("baseline", "profile", "what_if", "failure_aware", "framework", "fp8_recipe", "windtunnel_version",
-                "provenance")
+    OPTIONAL = ("baseline", "profile", "what_if", "failure_aware", "framework", "fp8_recipe", "fixed",
+                "windtunnel_version", "provenance")
 
     model: str
     hardware: str
@@ -42,6 +42,7 @@ class TrainingSearch(JsonResult):
     failure_aware: dict[str, Any] | None = None  # goodput ranking after faults (train search --faults)
     framework: str | None = None  # the training stack searched with
     fp8_recipe: str | None = None  # every plan's FP8 scaling ('tensor' or 'mx')
+    fixed: str | None = None  # kernel paths every plan runs, in --plan syntax (train search --fixed)
     windtunnel_version: str | None = None  # the version that produced it
     provenance: dict[str, Any] | None = None  # the command or API call, its inputs, catalog and input-file digests
     extra: dict[str, Any] = field(default_factory=dict)

@@ -65,6 +65,8 @@ class SearchSpace:
     dispatcher: str = "deepep"
     framework: str = "megatron"
     fp8_recipe: str = "tensor"  # every plan's FP8 scaling (Plan.fp8_recipe)
+    # Kernel paths every plan runs, in --plan syntax (FIXED_FIELDS only), e.g. 'expert_gemm=fused_mlp,fp8_attention=true'.
+    fixed: str = ""
     # A calibration profile's fitted dict (windtunnel.profile.fitted_override); None: the shipped calibration.
     fitted_override: dict | None = None
 
@@ -72,6 +74,7 @@ class SearchSpace:
         if self.fp8_recipe not in ("tensor", "mx") or (self.fp8_recipe == "mx" and self.precision != "fp8"):
             raise WindtunnelError(f"Field 'fp8_recipe' is '{self.fp8_recipe}' with precision '{self.precision}'; "
                                   "valid: tensor, or mx with precision fp8.", field="fp8_recipe")
+        self.fixed_fields = fixed_fields(self.fixed, self.precision, self.fp8_recipe)
         model, cluster = self.model, self.cluster
         devices = cluster.devices
         node = cluster.tiers[0].size or devices
@@ -128,6 +131,7 @@ class SearchSpace:
                "framework": self.framework,
                "grads": self.grads, "moments": self.moments, "dispatcher": self.dispatcher,
                **({"fp8_recipe": self.fp8_recipe} if self.fp8_recipe != "tensor" else {}),
+               **({"fixed": self.fixed_fields} if self.fixed_fields else {}),
                "values": {k: [str(v) for v in vs] for k, vs in self.values.items()}}
         if self.fitted_override is not None:  # a profile's fit changes every result
             doc["fitted"] = self.fitted_override
@@ -157,7 +161,30 @@ class SearchSpace:
                     schedule=self.values["schedule"][int(row["schedule"])],
                     order=self.values["order"][int(row["order"])], precision=self.precision,
                     cuda_graphs=self.cuda_graphs, grads=self.grads, moments=self.moments,
-                    dispatcher=self.dispatcher, fp8_recipe=self.fp8_recipe)
+                    dispatcher=self.dispatcher, fp8_recipe=self.fp8_recipe, **self.fixed_fields)
+
+
+# Plan fields a search may hold fixed in every candidate (SearchSpace.fixed): kernel paths that change what a
+# layer costs but not which layouts are valid, so the space's pruning rules still hold.
+FIXED_FIELDS = ("expert_gemm", "fp8_attention", "act_fp8_store", "grad_accum_fusion", "embedding_lookup")
+
+
+def fixed_fields(text: str, precision: str, fp8_recipe: str) -> dict:
+    """The plan fields of ``text`` (--plan syntax) as a dict, checked: only FIXED_FIELDS, and valid with the
+    searched precision and FP8 recipe (e.g. expert_gemm=fused_mlp needs MXFP8)."""
+    if not text.strip():
+        return {}
+    from windtunnel.specs.plan import parse_plan
+    from windtunnel.specs.plan_checks import check_precision
+
+    plan = parse_plan(text)
+    other = sorted(set(plan.model_fields_set) - set(FIXED_FIELDS))
+    if other:
+        raise WindtunnelError(f"Field 'fixed' ('{text}') sets {', '.join(other)}, which the search varies or takes from "
+                              f"its own options; 'fixed' takes only {', '.join(FIXED_FIELDS)}.", field="fixed")
+    fields = {name: getattr(plan, name) for name in FIXED_FIELDS if name in plan.model_fields_set}
+    check_precision(plan.model_copy(update={"precision": precision, "fp8_recipe": fp8_recipe}))
+    return fields
 
 
 # ---- pruning ---------------------------------------------------------------------------------------
@@ -250,7 +277,7 @@ def shard_job(space: SearchSpace, key: ShardKey) -> TrainingJob:
     cluster = space.cluster.model_copy(update={"devices": devices})
     plan = Plan(tp=key.tp, cp=key.cp, ep=key.ep, mbs=key.mbs, sp=key.sp, tp_overlap=key.tp_overlap,
                 precision=space.precision, zero=1, cuda_graphs=space.cuda_graphs, dispatcher=space.dispatcher,
-                fp8_recipe=space.fp8_recipe)
+                fp8_recipe=space.fp8_recipe, **space.fixed_fields)
     return TrainingJob(model=space.model, cluster=cluster, plan=plan, seq_len=space.seq_len,
                        global_batch=key.mbs * dp, moe_imbalance=space.moe_imbalance,
                        flash_attention=space.flash_attention, fused_loss=space.fused_loss, framework=space.framework,
