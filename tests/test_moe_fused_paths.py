@@ -1,7 +1,9 @@
-"""MoE kernels that fuse memory passes away: HybridEP's permutation inside its dispatch and combine
-(dispatcher=hybridep) and the fused MXFP8 grouped MLP (expert_gemm=fused_mlp)."""
+"""MoE kernel paths and FP8 attention: where each dispatcher reorders tokens (alltoall, deepep, hybridep), the
+fused MXFP8 grouped MLP (expert_gemm=fused_mlp), fp8_attention, and train search --fixed."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
@@ -158,7 +160,7 @@ def test_fp8_attention_gains_at_most_the_peak_ratio_times_the_efficiency_share()
     chip = load_chip("h100-sxm")
     eff = efficiency_for(chip, {})
     op = Op("core_attention", "attention", flops=4e12, shape=(64, 4096, 4096, 128), kernel="flash")
-    sixteen, eight = attention_time(op, chip, eff), attention_time(Op(**{**op.__dict__, "precision": "fp8"}), chip, eff)
+    sixteen, eight = attention_time(op, chip, eff), attention_time(replace(op, precision="fp8"), chip, eff)
     ratio = chip.peak("fp8") / chip.peak("bf16") * eff.attention_fp8_ratio
     assert eight < sixteen and sixteen / eight <= ratio + 1e-9
 

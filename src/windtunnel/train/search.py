@@ -12,7 +12,7 @@ from windtunnel.search.runner import SearchState, ranked, run_search
 from windtunnel.specs.errors import WindtunnelError
 from windtunnel.specs.plan import parse_plan, validate_plan
 from windtunnel.train.screen import Screen
-from windtunnel.train.space import FIXED_FIELDS, SearchSpace, ShardKey, cost_shard, prune, refine
+from windtunnel.train.space import SearchSpace, ShardKey, cost_shard, fixed_text, prune, refine
 
 RESULT_KEYS = ("step_time_s", "tokens_per_s", "tokens_per_s_per_device", "mfu", "hfu", "model_tflops_per_device",
                "peak_memory_bytes", "memory_capacity_bytes", "feasible", "infeasible_reason", "breakdown")
@@ -204,8 +204,7 @@ def screen_plan(space: SearchSpace, plan) -> float | None:
                          fused_loss=space.fused_loss, cuda_graphs=plan.cuda_graphs, grads=plan.grads,
                          framework=space.framework,
                          moments=plan.moments, dispatcher=plan.dispatcher, fp8_recipe=plan.fp8_recipe,
-                         fixed=",".join(f"{name}={str(getattr(plan, name)).lower()}" for name in FIXED_FIELDS
-                                        if name in plan.model_fields_set or getattr(plan, name) != Plan.model_fields[name].default),
+                         fixed=fixed_text(plan),
                          choices={"tp": [plan.tp], "pp": [plan.pp], "vpp": [plan.vpp], "cp": [plan.cp], "ep": [plan.ep],
                                   "mbs": [plan.mbs], "recompute": [level], "zero": [plan.zero],
                                   "sp": [plan.sequence_parallel], "tp_overlap": [plan.tp_overlap and plan.sequence_parallel],

@@ -187,6 +187,12 @@ def fixed_fields(text: str, precision: str, fp8_recipe: str) -> dict:
     return fields
 
 
+def fixed_text(plan: Plan) -> str:
+    """The FIXED_FIELDS a plan sets or runs at a non-default value, in --plan syntax (the inverse of fixed_fields)."""
+    return ",".join(f"{name}={str(getattr(plan, name)).lower()}" for name in FIXED_FIELDS
+                    if name in plan.model_fields_set or getattr(plan, name) != Plan.model_fields[name].default)
+
+
 # ---- pruning ---------------------------------------------------------------------------------------
 
 
