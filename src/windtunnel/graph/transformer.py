@@ -326,7 +326,9 @@ class _Builder:
         act_input = up
         # The fused kernels clamp the GLU input, scale by the routing probability and add the biases in their
         # epilogues (NVIDIA technical blog, 2026-06-15, "Boosting MoE Training Throughput with Advanced Fusion
-        # Kernels": SwiGLU and GeGLU with clamping, scaling and bias), so none of those runs on its own.
+        # Kernels"; TransformerEngine 4220403e, the 26.06 container's pin, ops/fused/forward_grouped_mlp.py:
+        # ScaledClampedQGeGLU runs as cuDNN's geglu, fc1 and fc2 biases packed into the grouped GEMMs), so none
+        # of those runs on its own.
         clamp, bias = (False, False) if fused else (clamp, bias)
         if clamp:
             # Megatron-Core 0.14/0.15 (fused_bias_geglu.weighted_bias_quick_geglu_impl) clips the two
