@@ -69,9 +69,10 @@ def moe_mlp(builder: _Builder, x: tuple[int, ...]) -> tuple[int, ...]:
         expert_input = (builder.comm("expert_tp_gather", "all_gather", "tp", gathered, expert_input, tp_chunked=False),)
         per_expert, received = per_expert * s.etp, received * s.etp
     indexed = s.gather_dispatch and s.gather_index_passes is not None
-    if s.ep > 1 and (local_experts > 1 or arrival_only) and not indexed and not fused_permute:
-        # Tokens arrive grouped by source rank; they are regrouped by local expert before the
-        # grouped GEMM, and back before the combine (Megatron's sort_chunks_by_idxs).
+    # Tokens arrive grouped by source rank (all-to-all: regrouped by local expert, sort_chunks_by_idxs) or
+    # unpermuted (flex dispatcher: permuted into expert order); either is undone before the combine.
+    regroup = s.ep > 1 and (local_experts > 1 or arrival_only) and not indexed and not fused_permute
+    if regroup:
         expert_input = (builder.memory("sort_by_expert", received * m.hidden, expert_input, passes=2.0, host_ops=2.0),)
     down = builder.mlp_ops("experts", per_expert, moe.ffn_hidden // s.etp, expert_input, count=local_experts,
                         clamp=moe.activation_clamp is not None, bias=moe.expert_bias, fused=s.fused_expert_mlp)
@@ -79,7 +80,7 @@ def moe_mlp(builder: _Builder, x: tuple[int, ...]) -> tuple[int, ...]:
         down = stack_ops.sequential_experts(builder, received, local_experts, (down,))
     if indexed:
         down = stack_ops.allgather_index_ops(builder, received, tokens * s.ep * s.etp, (down,))
-    elif s.ep > 1 and (local_experts > 1 or arrival_only) and not fused_permute:
+    elif regroup:
         down = builder.memory("unsort_by_expert", received * m.hidden, (down,), passes=2.0, host_ops=3.0)
     if s.etp > 1:
         scattered = tokens * s.ep * s.etp if s.gather_dispatch else received
