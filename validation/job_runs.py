@@ -45,7 +45,7 @@ RUNS = [
         "model": "deepseek-v3", "hardware": "h800", "devices": 2048, "faults": "catalog:llama3-54day",
         "policy": "restart-from-checkpoint",
         "phases": [Phase("4K", 4096, 14.8e12, 15360,
-                         "tp=1,pp=16,ep=64,precision=fp8,mtp=1,schedule=dualpipe,dispatcher=deepep,"
+                         "tp=1,pp=16,ep=64,precision=fp8,mtp=1,schedule=dualpipe,dispatcher=deepep,fp8_dispatch=true,"
                          "recompute_modules=layernorm+mla_up_proj+moe_act,moments=bf16,act_fp8_store=true,"
                          "layout=balanced")],
         "published_device_hours_per_token": 180e3 / 1e12,
@@ -59,7 +59,8 @@ RUNS = [
             "SwiGLU input cached in FP8 and its output recomputed (Sec. 3.3.2: recompute_modules=...+moe_act, "
             "act_fp8_store); BF16 AdamW moments, FP32 master weights and gradients (Sec. 3.3.2); the EMA kept in "
             "host memory is not modelled (it takes no device memory); dispatch as Sec. 3.2.2 (one IB copy per "
-            "target node, forwarded over NVLink: dispatcher=deepep); micro-batch of one sequence assumed",
+            "target node, forwarded over NVLink: dispatcher=deepep), its tokens in FP8 and the combine in BF16 (Sec. 3.3.3: "
+            "fp8_dispatch); micro-batch of one sequence assumed",
             "stage split: the report does not publish how the 61 layers, the MTP module and the output heads are "
             "split over the 16 stages (Sec. 3.2.3: the shallowest and deepest layers share a rank); layout=balanced "
             "lets windtunnel even the busiest rank's time (specs.layout.balanced_split, at most the even split's 4 "

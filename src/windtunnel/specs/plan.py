@@ -113,6 +113,11 @@ class Plan(BaseModel):
     # DeepSeek-V3 report Sec. 3.3.2 caches the MoE SwiGLU inputs in FP8 and recomputes their output).
     act_fp8_store: bool = False
     fp8_attention: bool = False  # attention's matmuls in FP8 (Megatron --fp8-dot-product-attention, cuDNN)
+    # The MoE dispatch all-to-all carries the routed tokens in FP8 (DeepSeek-V3 report Sec. 3.3: activations
+    # quantised before the dispatch, the combine in BF16; Megatron's NCCL EP backend, moe_dispatch_fwd_dtype
+    # mxfp8). Off, tokens travel in 16 bits whatever the GEMM precision: Megatron-Core's alltoall, DeepEP and
+    # HybridEP paths quantise only inside the expert GEMMs (core_v0.14-0.18, graph/moe_block.py).
+    fp8_dispatch: bool = False
     # Multi-token prediction modules trained (Megatron's --mtp-num-layers; DeepSeek-V3 trains one):
     # each runs one more transformer layer, a projection and the shared output layer and loss on
     # the last pipeline stage. None: the model's own count (mtp_layers).
@@ -258,6 +263,7 @@ _ALIASES = {
     "offload-modules": "offload_modules", "reuse-fp32-param": "reuse_fp32_param", "swap-optimizer": "swap_optimizer",
     "activation_func_fp8_input_store": "act_fp8_store", "activation-func-fp8-input-store": "act_fp8_store",
     "fp8_dot_product_attention": "fp8_attention", "fp8-dot-product-attention": "fp8_attention",
+    "fp8-dispatch": "fp8_dispatch", "moe_fp8_dispatch": "fp8_dispatch",
     "gradient_accumulation_fusion": "grad_accum_fusion", "gradient-accumulation-fusion": "grad_accum_fusion",
     "overlap-grad-reduce": "overlap_grad_reduce", "overlap-param-gather": "overlap_param_gather",
     "cp_comm_type": "cp_algo", "context_parallel_algo": "cp_algo", "context-parallel-algo": "cp_algo", "cp-algo": "cp_algo",
@@ -267,7 +273,7 @@ _ALIASES = {
     "shard_group": "dp_shard", **_OFFLOAD_OPT, "pipeline_model_parallel_layout": "layout", "pp_layout": "layout", "pipeline-model-parallel-layout": "layout",
 }
 _BOOLS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False, "on": True, "off": False}
-_SET_FLAGS = ("reuse_fp32_param", "swap_optimizer", "act_fp8_store", "fp8_attention")  # off by default: printed when on
+_SET_FLAGS = ("reuse_fp32_param", "swap_optimizer", "act_fp8_store", "fp8_attention", "fp8_dispatch")  # off by default: printed when on
 _DP_OVERLAP = ("overlap_grad_reduce", "overlap_param_gather")  # on by default: printed when off
 _LOWERCASE = ("recompute", "schedule", "precision", "dispatcher", "cuda_graphs", "order", "recompute_modules",
               "grads", "moments", "offload_modules", "cp_algo", "expert_gemm", "grad_accum_fusion",

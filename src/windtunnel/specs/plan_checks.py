@@ -118,13 +118,16 @@ def check_dp_shard(plan: Plan, dp: int) -> None:
 
 
 def check_precision(plan: Plan) -> None:
-    """The FP8 recipe and FP8 attention need FP8; the fused MXFP8 grouped MLP needs the MXFP8 recipe."""
+    """The FP8 recipe, FP8 attention and FP8 dispatch need FP8; the fused MXFP8 grouped MLP needs the MXFP8 recipe."""
     if plan.fp8_recipe == "mx" and plan.precision != "fp8":
         raise WindtunnelError(f"Plan field 'fp8_recipe' is 'mx' (MXFP8 block scaling) but precision is "
                               f"'{plan.precision}'; set precision=fp8, or leave fp8_recipe out.", field="fp8_recipe")
     if plan.fp8_attention and plan.precision != "fp8":
         raise WindtunnelError(f"Plan field 'fp8_attention' runs attention's matmuls in FP8, but precision is "
                               f"'{plan.precision}'; set precision=fp8, or leave fp8_attention out.", field="fp8_attention")
+    if plan.fp8_dispatch and plan.precision != "fp8":
+        raise WindtunnelError(f"Plan field 'fp8_dispatch' sends the MoE tokens to their experts in FP8, but precision is "
+                              f"'{plan.precision}'; set precision=fp8, or leave fp8_dispatch out.", field="fp8_dispatch")
     if plan.expert_gemm == "fused_mlp" and (plan.precision != "fp8" or plan.fp8_recipe != "mx"):
         raise WindtunnelError(
             "Plan field 'expert_gemm' is 'fused_mlp' (the fused MXFP8 grouped MLP: up projection, GLU and quantisation "

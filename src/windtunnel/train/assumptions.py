@@ -96,6 +96,8 @@ def step_assumptions(job: Any, builder: Any) -> list[str]:
     if plan.act_fp8_store:
         out.append("SwiGLU inputs kept in FP8 for the backward (1 byte per element; the casts run inside the fused "
                    "SwiGLU kernels, no time charged)")
+    if plan.fp8_dispatch:
+        out.append("MoE dispatch in FP8 (1 byte per element; the combine stays 16-bit)")
     if plan.tp_overlap and not plan.sequence_parallel:
         out.append("tp_overlap ignored: chunked TP overlap needs sequence parallelism")
     out.extend(f"group {k}: {v}" for k, v in builder.placement.describe(job.cluster).items())

@@ -167,7 +167,7 @@ class _StepBuilder(PipelinePlay):
                               permute_in_dispatch=plan.dispatcher == "hybridep",
                               fused_expert_mlp=plan.expert_gemm == "fused_mlp", fp8_attention=plan.fp8_attention,
                               gather_dispatch=plan.dispatcher == "allgather",
-                              dispatch_bytes=1.0 if plan.precision == "fp8" else ACT_BYTES,
+                              dispatch_bytes=1.0 if plan.fp8_dispatch else ACT_BYTES,
                               cuda_graphs="full" if kernels.host_issue == "compiled" else plan.cuda_graphs)
         self.coster = LayerCoster(cluster, self.placement, self.eff, plan.precision,
                                   tp_overlap=plan.tp_overlap and plan.sequence_parallel)
