@@ -16,7 +16,7 @@ from windtunnel.train.schedule import Block, dualpipe, dualpipe_greedy
 from windtunnel.train.step import _Chunk, _StepBuilder
 
 DSV3 = dict(seq_len=4096, global_batch=15360)
-DSV3_PLAN = ("tp=1,pp=16,ep=64,precision=fp8,mtp=1,schedule=dualpipe,dispatcher=deepep,"
+DSV3_PLAN = ("tp=1,pp=16,ep=64,precision=fp8,mtp=1,schedule=dualpipe,dispatcher=deepep,fp8_dispatch=true,"
              "recompute_modules=layernorm+mla_up_proj+moe_act,moments=bf16,act_fp8_store=true")
 
 

@@ -10,7 +10,7 @@ from windtunnel.specs.errors import WindtunnelError, did_you_mean
 from windtunnel.specs.layout import BALANCED, stage_modules
 from windtunnel.specs.model import ModelSpec
 from windtunnel.specs.modules import OFFLOAD_MODULES, RECOMPUTE_MODULES
-from windtunnel.specs.plan_checks import OFFLOAD_OPTIMIZER_ALIASES as _OFFLOAD_OPT
+from windtunnel.specs.plan_checks import PLAN_FIELD_ALIASES as _ALIASES
 from windtunnel.specs.plan_checks import CudaGraphs, check_dp_shard, check_offload, check_precision, divisors
 from windtunnel.specs.plan_checks import offload_fraction as offload_fraction
 
@@ -113,10 +113,8 @@ class Plan(BaseModel):
     # DeepSeek-V3 report Sec. 3.3.2 caches the MoE SwiGLU inputs in FP8 and recomputes their output).
     act_fp8_store: bool = False
     fp8_attention: bool = False  # attention's matmuls in FP8 (Megatron --fp8-dot-product-attention, cuDNN)
-    # The MoE dispatch all-to-all carries the routed tokens in FP8 (DeepSeek-V3 report Sec. 3.3: activations
-    # quantised before the dispatch, the combine in BF16; Megatron's NCCL EP backend, moe_dispatch_fwd_dtype
-    # mxfp8). Off, tokens travel in 16 bits whatever the GEMM precision: Megatron-Core's alltoall, DeepEP and
-    # HybridEP paths quantise only inside the expert GEMMs (core_v0.14-0.18, graph/moe_block.py).
+    # MoE tokens dispatched in FP8, the combine in BF16 (DeepSeek-V3 Sec. 3.3.3). Off, 16 bits whatever the GEMMs
+    # run in: Megatron-Core's dispatchers quantise only inside the expert GEMMs (validation NOTES, 2026-12-07).
     fp8_dispatch: bool = False
     # Multi-token prediction modules trained (Megatron's --mtp-num-layers; DeepSeek-V3 trains one):
     # each runs one more transformer layer, a projection and the shared output layer and loss on
@@ -250,28 +248,6 @@ class Plan(BaseModel):
         return self.sp and self.tp > 1
 
 
-_ALIASES = {
-    "mb": "mbs", "micro_batch": "mbs", "microbatch": "mbs", "micro-batch": "mbs",
-    "seq_parallel": "sp", "sequence_parallel": "sp", "virtual": "vpp", "vp": "vpp",
-    "tp_comm_overlap": "tp_overlap", "overlap": "tp_overlap", "zero_stage": "zero",
-    "recompute-layers": "recompute_layers", "pipeline": "schedule", "graphs": "cuda_graphs",
-    "cuda_graph": "cuda_graphs", "cuda-graphs": "cuda_graphs", "moe_a2a_overlap": "ep_overlap",
-    "overlap_moe_expert_parallel_comm": "ep_overlap", "ep-overlap": "ep_overlap",
-    "recompute-modules": "recompute_modules", "modules": "recompute_modules",
-    "grad_dtype": "grads", "main_grads": "grads", "main_grads_dtype": "grads",
-    "moments_dtype": "moments", "exp_avg_dtype": "moments", "adam_moments": "moments",
-    "offload-modules": "offload_modules", "reuse-fp32-param": "reuse_fp32_param", "swap-optimizer": "swap_optimizer",
-    "activation_func_fp8_input_store": "act_fp8_store", "activation-func-fp8-input-store": "act_fp8_store",
-    "fp8_dot_product_attention": "fp8_attention", "fp8-dot-product-attention": "fp8_attention",
-    "fp8-dispatch": "fp8_dispatch", "moe_fp8_dispatch": "fp8_dispatch",
-    "gradient_accumulation_fusion": "grad_accum_fusion", "gradient-accumulation-fusion": "grad_accum_fusion",
-    "overlap-grad-reduce": "overlap_grad_reduce", "overlap-param-gather": "overlap_param_gather",
-    "cp_comm_type": "cp_algo", "context_parallel_algo": "cp_algo", "context-parallel-algo": "cp_algo", "cp-algo": "cp_algo",
-    "cpu_offloading_num_layers": "offload_layers", "offload": "offload_layers", "offload-layers": "offload_layers",
-    "mtp_num_layers": "mtp", "mtp_layers": "mtp", "mtp-num-layers": "mtp",
-    "hsdp": "dp_shard", "data_parallel_shard_degree": "dp_shard", "dp-shard": "dp_shard", "fsdp_shard": "dp_shard",
-    "shard_group": "dp_shard", **_OFFLOAD_OPT, "pipeline_model_parallel_layout": "layout", "pp_layout": "layout", "pipeline-model-parallel-layout": "layout",
-}
 _BOOLS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False, "on": True, "off": False}
 _SET_FLAGS = ("reuse_fp32_param", "swap_optimizer", "act_fp8_store", "fp8_attention", "fp8_dispatch")  # off by default: printed when on
 _DP_OVERLAP = ("overlap_grad_reduce", "overlap_param_gather")  # on by default: printed when off

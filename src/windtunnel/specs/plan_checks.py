@@ -157,3 +157,28 @@ def check_offload(plan: Plan, layers: int) -> Plan:
         fail("offload_layers", f"Plan field 'offload_layers' cannot be combined with recompute={plan.recompute} "
              "(Megatron: CPU offloading does not work with activation recomputation); use recompute=none.")
     return plan
+
+
+# Other spellings of plan fields --plan accepts (Megatron flag names, hyphens), case-insensitively.
+PLAN_FIELD_ALIASES = {
+    "mb": "mbs", "micro_batch": "mbs", "microbatch": "mbs", "micro-batch": "mbs",
+    "seq_parallel": "sp", "sequence_parallel": "sp", "virtual": "vpp", "vp": "vpp",
+    "tp_comm_overlap": "tp_overlap", "overlap": "tp_overlap", "zero_stage": "zero",
+    "recompute-layers": "recompute_layers", "pipeline": "schedule", "graphs": "cuda_graphs",
+    "cuda_graph": "cuda_graphs", "cuda-graphs": "cuda_graphs", "moe_a2a_overlap": "ep_overlap",
+    "overlap_moe_expert_parallel_comm": "ep_overlap", "ep-overlap": "ep_overlap",
+    "recompute-modules": "recompute_modules", "modules": "recompute_modules",
+    "grad_dtype": "grads", "main_grads": "grads", "main_grads_dtype": "grads",
+    "moments_dtype": "moments", "exp_avg_dtype": "moments", "adam_moments": "moments",
+    "offload-modules": "offload_modules", "reuse-fp32-param": "reuse_fp32_param", "swap-optimizer": "swap_optimizer",
+    "activation_func_fp8_input_store": "act_fp8_store", "activation-func-fp8-input-store": "act_fp8_store",
+    "fp8_dot_product_attention": "fp8_attention", "fp8-dot-product-attention": "fp8_attention",
+    "fp8-dispatch": "fp8_dispatch", "moe_fp8_dispatch": "fp8_dispatch",
+    "gradient_accumulation_fusion": "grad_accum_fusion", "gradient-accumulation-fusion": "grad_accum_fusion",
+    "overlap-grad-reduce": "overlap_grad_reduce", "overlap-param-gather": "overlap_param_gather",
+    "cp_comm_type": "cp_algo", "context_parallel_algo": "cp_algo", "context-parallel-algo": "cp_algo", "cp-algo": "cp_algo",
+    "cpu_offloading_num_layers": "offload_layers", "offload": "offload_layers", "offload-layers": "offload_layers",
+    "mtp_num_layers": "mtp", "mtp_layers": "mtp", "mtp-num-layers": "mtp",
+    "hsdp": "dp_shard", "data_parallel_shard_degree": "dp_shard", "dp-shard": "dp_shard", "fsdp_shard": "dp_shard",
+    "shard_group": "dp_shard", **OFFLOAD_OPTIMIZER_ALIASES, "pipeline_model_parallel_layout": "layout", "pp_layout": "layout", "pipeline-model-parallel-layout": "layout",
+}
