@@ -40,6 +40,18 @@ def test_fp8_dispatch_halves_the_dispatch_only():
     assert parse_plan(fast.plan).fp8_dispatch
 
 
+def test_an_fp8_dispatch_is_an_extrapolation():
+    from windtunnel.api import simulate_training
+
+    plan = BASE + ",precision=fp8"
+    plain = simulate_training("qwen3-30b-a3b", "h100-sxm", 16, plan=plan, seq_len=4096, global_batch=64)
+    quantised = simulate_training("qwen3-30b-a3b", "h100-sxm", 16, plan=plan + ",fp8_dispatch=true", seq_len=4096,
+                                  global_batch=64)
+    reason = "plan fp8_dispatch=true: no validation row runs this kernel path"
+    assert reason in quantised.extrapolation["reasons"] and quantised.extrapolation["extrapolating"]
+    assert not any("fp8_dispatch" in line for line in plain.extrapolation["reasons"])
+
+
 def test_fp8_dispatch_needs_fp8(cli):
     with pytest.raises(WindtunnelError) as err:
         simulate(_job(BASE + ",fp8_dispatch=true"))

@@ -130,7 +130,7 @@ def assess(bands: dict, *, stack: str, chip: str, generation: str, precision: st
 
 # Plan values whose kernel path no row of the validation files states yet (modelled from the kernels' published
 # behaviour, graph/moe_block.py): a prediction that uses one says it extrapolates. Drop a value once rows state it.
-UNVALIDATED_PATHS = {"dispatcher": ("hybridep",), "expert_gemm": ("fused_mlp",)}
+UNVALIDATED_PATHS = {"dispatcher": ("hybridep",), "expert_gemm": ("fused_mlp",), "fp8_dispatch": ("true",)}
 
 
 def annotate(result: TrainingResult, *, generation: str, precision: str, arch: str,
