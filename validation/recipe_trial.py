@@ -75,7 +75,6 @@ def main() -> None:
     variants = [[name] for name in FIELDS] + [[f for f in FIELDS if f != name] for name in FIELDS] + [list(FIELDS)]
     base: dict[tuple[str, str], RowResult] = {}
     trial: dict[int, dict[tuple[str, str], RowResult]] = {i: {} for i in range(len(variants))}
-    options: dict[tuple[str, str], str] = {}
     for name in CSVS:
         rows = read_rows(HERE / name)
         for r in validate_rows(rows):
@@ -88,8 +87,6 @@ def main() -> None:
                 extra = stated_options(recipe, fields) if recipe else []
                 if extra:
                     row = dict(row, plan_options=",".join(o for o in [row.get("plan_options", ""), *extra] if o))
-                    if fields == list(FIELDS):
-                        options[(name, row["id"])] = ",".join(extra)
                 stated.append(row)
             for r in validate_rows(stated, only=ids):
                 trial[i][(name, r.id)] = r
@@ -122,7 +119,8 @@ def main() -> None:
     for k in stated_keys:
         r, s = scored[k], everything.get(k)
         after = f"{100 * s.error:+.1f}%" if s is not None and s.error is not None else "n/a"
-        lines.append(f"| {k[0]}:{k[1]} | {table[k]['release']} | {r.chip} | {r.model} | `{options.get(k, '')}` | "
+        lines.append(f"| {k[0]}:{k[1]} | {table[k]['release']} | {r.chip} | {r.model} | "
+                     f"`{','.join(stated_options(table[k], list(FIELDS)))}` | "
                      f"{100 * r.error:+.1f}% | {after} |")
     write_atomic(HERE / "RECIPE_TRIAL.md", "\n".join(lines) + "\n")
     print("written: validation/RECIPE_TRIAL.md")

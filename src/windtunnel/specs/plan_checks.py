@@ -117,17 +117,19 @@ def check_dp_shard(plan: Plan, dp: int) -> None:
              f"choose dp_shard so that {expert_dp} is a multiple of dp/dp_shard, or lower ep.")
 
 
+# On/off plan fields that only an FP8 plan can turn on, and what each runs in FP8.
+_FP8_ONLY = {"fp8_attention": "runs attention's matmuls", "fp8_dispatch": "sends the MoE tokens to their experts"}
+
+
 def check_precision(plan: Plan) -> None:
     """The FP8 recipe, FP8 attention and FP8 dispatch need FP8; the fused MXFP8 grouped MLP needs the MXFP8 recipe."""
     if plan.fp8_recipe == "mx" and plan.precision != "fp8":
         raise WindtunnelError(f"Plan field 'fp8_recipe' is 'mx' (MXFP8 block scaling) but precision is "
                               f"'{plan.precision}'; set precision=fp8, or leave fp8_recipe out.", field="fp8_recipe")
-    if plan.fp8_attention and plan.precision != "fp8":
-        raise WindtunnelError(f"Plan field 'fp8_attention' runs attention's matmuls in FP8, but precision is "
-                              f"'{plan.precision}'; set precision=fp8, or leave fp8_attention out.", field="fp8_attention")
-    if plan.fp8_dispatch and plan.precision != "fp8":
-        raise WindtunnelError(f"Plan field 'fp8_dispatch' sends the MoE tokens to their experts in FP8, but precision is "
-                              f"'{plan.precision}'; set precision=fp8, or leave fp8_dispatch out.", field="fp8_dispatch")
+    for field, what in _FP8_ONLY.items():
+        if getattr(plan, field) and plan.precision != "fp8":
+            raise WindtunnelError(f"Plan field '{field}' {what} in FP8, but precision is '{plan.precision}'; set "
+                                  f"precision=fp8, or leave {field} out.", field=field)
     if plan.expert_gemm == "fused_mlp" and (plan.precision != "fp8" or plan.fp8_recipe != "mx"):
         raise WindtunnelError(
             "Plan field 'expert_gemm' is 'fused_mlp' (the fused MXFP8 grouped MLP: up projection, GLU and quantisation "
