@@ -23,6 +23,15 @@ def test_every_catalog_stack_loads_with_sources():
         assert stack.sources, f"stack {name} names no source"
 
 
+def test_framework_help_lists_every_catalog_stack():
+    # The --framework help is built from the catalog's stack files: a stack file's stem must be its id.
+    from windtunnel.cli.app import FRAMEWORK_HELP
+    from windtunnel.specs.stack import stack_path
+    for name in stack_names():
+        assert stack_path(name).is_file(), f"stack {name} is not in a file named after its id"
+        assert f" {name}," in FRAMEWORK_HELP or f" {name} (default)" in FRAMEWORK_HELP, name
+
+
 def test_inheritance_merges_fields():
     fsdp, foundry = load_stack("pytorch-fsdp"), load_stack("llm-foundry")
     assert foundry.zero == fsdp.zero == 3

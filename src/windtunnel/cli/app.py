@@ -19,6 +19,7 @@ from windtunnel.cli.profiling import register as register_profiling
 from windtunnel.cli.root import register as register_root
 from windtunnel.cli.run import register as register_run
 from windtunnel.specs.errors import WindtunnelError
+from windtunnel.specs.yamlio import catalog_dir
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="windtunnel: rehearse LLM training and serving on a simulated cluster.")
@@ -43,9 +44,12 @@ register_run(app)  # run scenario.yaml: studies of any pillar from a file
 
 console = Console()
 UNFUSED_LOSS_HELP = "Unfused fp32 cross-entropy (Megatron-LM's default) instead of the stack's loss kernel."
-FRAMEWORK_HELP = ("Training stack: megatron (default), megatron-lm, megatron-lm-2021, nemo, megatron-bridge, pytorch-fsdp, "
-                  "pytorch-fsdp2, llm-foundry, torchtitan, deepspeed, mindspeed, jax, or a stack YAML file. Plan fields "
-                  "left unset (zero, grads, sp, tp_overlap, dispatcher) take the stack's defaults.")
+# The built-in stacks are the catalog's stack files (each file's stem is its id), listed from the catalog so
+# that a stack added there appears here without an edit.
+FRAMEWORK_HELP = ("Training stack: megatron (default), "
+                  + ", ".join(p.stem for p in sorted(catalog_dir("stacks").glob("*.yaml")) if p.stem != "megatron")
+                  + ", or a stack YAML file. Plan fields left unset (zero, grads, sp, tp_overlap, dispatcher) take the "
+                  "stack's defaults.")
 WIDE = typer.Option(False, "--wide", help="Full-width tables (default: fit 80 columns, abbreviations explained).")
 PROFILE_HELP = ("Calibration profile of the chip (from `windtunnel calibrate ... --out`), overlaid on the shipped "
                 "calibration.")
