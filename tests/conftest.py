@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -12,6 +14,14 @@ from windtunnel.specs.model import ModelSpec
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
+
+
+def validation_script(name: str) -> ModuleType:
+    """Import a script of validation/ (``name`` without '.py') as a module, for its functions."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "validation" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def gpt_model(hidden: int = 1024, heads: int = 16, layers: int = 4, **extra) -> ModelSpec:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 from pathlib import Path
+
+from conftest import validation_script
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADER_FSDP = ("| System | #-GPUs | Precision | GBS | MBS | Sequence Length | FSDP | TP | PP | CP | VP | EP | "
@@ -60,10 +61,7 @@ PAGE = f"""
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("bridge_archive_rows", ROOT / "validation" / "bridge_archive_rows.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return validation_script("bridge_archive_rows")
 
 
 def _existing() -> list[dict]:

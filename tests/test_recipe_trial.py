@@ -4,19 +4,16 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 from pathlib import Path
 
+from conftest import validation_script
 from windtunnel.specs.plan import parse_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _trial():
-    spec = importlib.util.spec_from_file_location("recipe_trial", ROOT / "validation" / "recipe_trial.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return validation_script("recipe_trial")
 
 
 def test_every_recipe_row_is_a_row_and_maps_to_valid_plan_options():

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from windtunnel.graph import context_parallel, moe_block, stack_ops
+from windtunnel.graph.attention_work import attention_work
 from windtunnel.graph.cuda_graphs import captured
 from windtunnel.graph.ops import Op, OpGraph
 from windtunnel.specs.model import ModelSpec
@@ -229,33 +230,21 @@ class _Builder:
         b = s.micro_batch
         q_len = s.seq_len // s.cp
         kv_len = s.seq_len
-        # Causal masking halves the score matrix; a sliding window caps each query's keys.
-        effective_kv = kv_len / 2.0
-        window_keys, window_share = 0, 0.0
-        if m.attention_window:
-            windowed = min(float(m.attention_window), effective_kv)
-            full = effective_kv
-            effective_kv = (1 - m.windowed_layer_fraction) * full + m.windowed_layer_fraction * windowed
-            # The kernel's efficiency depends on the keys each query block sees, so the windowed
-            # layers' share of the work is costed at the window's length (see cost.compute).
-            window_keys = min(m.attention_window, kv_len)
-            window_share = m.windowed_layer_fraction * windowed / effective_kv
-        scores = b * heads * q_len * effective_kv
-        score_flops = 2.0 * scores * qk_dim
-        value_flops = 2.0 * scores * v_dim
-        qkv_bytes = ACT_BYTES * b * q_len * (heads * qk_dim + kv_heads * (qk_dim + v_dim))
-        out_bytes = ACT_BYTES * b * q_len * heads * v_dim
+        # Causal masking halves the score matrix; a sliding window caps each query's keys (graph/attention_work).
+        call = attention_work(b, heads, kv_heads, q_len, kv_len, qk_dim, v_dim, window=m.attention_window,
+                              windowed_fraction=m.windowed_layer_fraction)
+        scores, qkv_bytes, out_bytes, shape = call.scores, call.qkv_bytes, call.out_bytes, call.shape
+        window_keys, window_share = shape[4], shape[5]
         ring = deps
-        shape = (b * heads, q_len, kv_len, qk_dim, window_keys, window_share)
         kv_block = ACT_BYTES * b * q_len * kv_heads * (qk_dim + v_dim)  # bytes of this rank's K and V
         # Flash: Q, K, V and the fp32 log-sum-exp are saved; the output O once, as the out projection's input.
         saved = qkv_bytes + 4.0 * b * heads * q_len
         if s.cp > 1 and s.context_parallel == "ulysses" and s.flash_attention:
             return context_parallel.ulysses_attention(self, deps, heads, kv_heads, qk_dim, v_dim, scores,
-                                                      score_flops + value_flops, (window_keys, window_share))
+                                                      call.flops, (window_keys, window_share))
         if s.cp > 1 and s.context_parallel == "allgather" and s.cp_regather and s.flash_attention:
             # PyTorch's context_parallel: its own forward, backward and gradient rotation.
-            work = (score_flops + value_flops, scores, qkv_bytes + out_bytes, saved)
+            work = (call.flops, scores, qkv_bytes + out_bytes, saved)
             out = context_parallel.pytorch_allgather(self, deps, kv_block, work, shape)
             return stack_ops.cp_merge(self, b * q_len * heads * v_dim, out)
         if s.cp > 1:
@@ -282,7 +271,7 @@ class _Builder:
                 first_shape = context_parallel.call_shape(shape, local_keys)
                 ring_shape = context_parallel.call_shape(shape, step_keys)
             # Without overlap (plan cp_overlap false) the local block waits for the transfer too.
-            first = self.g.add(Op("core_attention", "attention", flops=(score_flops + value_flops) / max(1, s.cp),
+            first = self.g.add(Op("core_attention", "attention", flops=call.flops / max(1, s.cp),
                                   exponentials=scores / max(1, s.cp),
                                   bytes_moved=qkv_bytes + out_bytes, saved_bytes=saved / max(1, s.cp),
                                   shape=first_shape, deps=deps if s.cp_overlap else ring,
@@ -290,7 +279,7 @@ class _Builder:
             if s.cp == 1:
                 return (first,)
             rest = self.g.add(Op("core_attention_ring", "attention",
-                                 flops=(score_flops + value_flops) * (s.cp - 1) / s.cp,
+                                 flops=call.flops * (s.cp - 1) / s.cp,
                                  exponentials=scores * (s.cp - 1) / s.cp,
                                  bytes_moved=(qkv_bytes + out_bytes) * (s.cp - 1), saved_bytes=saved * (s.cp - 1) / s.cp,
                                  shape=ring_shape, deps=(first, *ring),
