@@ -127,12 +127,21 @@ def test_gpt_oss_config_matches_catalog():
         "num_local_experts": 128, "num_experts_per_tok": 4, "max_position_embeddings": 131072,
         "sliding_window": 128, "layer_types": ["sliding_attention", "full_attention"] * 18,
         "attention_bias": True, "tie_word_embeddings": False, "swiglu_limit": 7.0,
+        "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 4096},
     }
     hf = model_from_hf_config(config, "gpt-oss-120b")
     cat = load_model("gpt-oss-120b")
     assert hf.total_params() == cat.total_params() and hf.active_params() == cat.active_params()
     assert (hf.attention_window, hf.windowed_layer_fraction) == (128, 0.5)
     assert hf.moe.expert_bias and hf.moe.activation_clamp == 7.0 and hf.moe.dense_layers == 0
+    assert hf.rope_scaling == cat.rope_scaling == "yarn"
+
+
+def test_yarn_rope_scaling_only_outside_latent_attention():
+    # DeepSeek-V3's config scales RoPE with YaRN too, but its latent attention keeps its own fused rotary path.
+    deepseek = load_model(str(HF / "deepseek-v3.json"))
+    assert deepseek.mla is not None and deepseek.rope_scaling == "none"
+    assert load_model(str(HF / "llama3-8b.json")).rope_scaling == "none"
 
 
 def test_qwen3_has_per_head_qk_norm_in_its_layer_graph():

@@ -85,6 +85,9 @@ class Sharding:
     shared_overlap: bool = True  # stack comm.shared_expert_overlap: shared experts run beside the dispatch
     mla_pad_v: bool = False  # stack kernels.mla_pad_v: MLA's values padded to the query/key head dim
     embedding_matmul: bool = False  # stack kernels.embedding_lookup 'matmul': one-hot x table GEMMs
+    # The rotary embedding runs as eager ops with these costs per tensor (stack kernels.rope_eager_costs:
+    # forward and backward passes, forward and backward host ops); None: one fused kernel.
+    rope_eager: tuple[float, float, float, float] | None = None
 
     @property
     def tokens(self) -> int:
@@ -209,8 +212,16 @@ class _Builder:
                 qkv = (self.memory("qk_norms", elements, qkv, saved=ACT_BYTES * elements, flops_per_element=5.0,
                                    host_ops=2.0),)
         if m.position_embedding == "rope" or m.mla is not None:
-            # Fused rotary embedding, applied to queries and keys: two calls.
-            qkv = (self.memory("rope", tokens * (heads + kv_heads) * qk_dim, qkv, passes=2.0, host_ops=2.0),)
+            elements = tokens * (heads + kv_heads) * qk_dim
+            if s.rope_eager is None:
+                # Fused rotary embedding, applied to queries and keys: two calls.
+                qkv = (self.memory("rope", elements, qkv, passes=2.0, host_ops=2.0),)
+            else:
+                # The framework's eager rotary function on queries and keys (stack kernels.rope_eager_costs, per
+                # tensor): its passes over them each way and its ops, twice.
+                forward, backward, forward_ops, backward_ops = s.rope_eager
+                qkv = (self.memory("rope", elements, qkv, passes=forward, host_ops=2.0 * forward_ops,
+                                   backward_bytes=backward * ACT_BYTES * elements, backward_host_ops=2.0 * backward_ops),)
         if s.repeat_kv and kv_heads < heads:
             # repeat_kv materialises K and V at the query heads' count (expand + reshape is a copy):
             # read the kv_heads tensors, write heads; its backward sums the copies' gradients back.

@@ -87,6 +87,12 @@ class ModelSpec(BaseModel):
     # GPT-2/GPT-3, Megatron-LM GPT's learned_absolute default, MPT's benchmark models) or alibi (a
     # per-head bias inside the attention kernel: BLOOM). Only rope costs an operator in each layer.
     position_embedding: Literal["rope", "learned", "alibi"] = "rope"
+    # A rotary embedding scaled at run time: 'yarn' (GPT-OSS; Megatron position_embedding_type 'yarn', whose
+    # cos and sin carry YaRN's attention factor). Frameworks whose fused RoPE kernel takes plain RoPE only run it
+    # as eager ops (stack kernels.rope 'fused_unscaled'). Multi-head latent attention has its own fused path, so
+    # DeepSeek's YaRN is not this. 'none': plain RoPE, or a scaling folded into the frequencies at build time
+    # (Llama 3.1's), which costs nothing per step.
+    rope_scaling: Literal["none", "yarn"] = "none"
     max_seq_len: PositiveInt | None = Field(default=None, le=MAX_POSITIONS)
     attention_window: PositiveInt | None = Field(default=None, le=MAX_POSITIONS)
     windowed_layer_fraction: float = Field(default=0.0, ge=0.0, le=1.0)
@@ -338,6 +344,10 @@ def model_from_hf_config(config: dict, model_id: str = "hf-model") -> ModelSpec:
         # GPT-OSS alternates sliding-window and full-attention layers (layer_types).
         data["attention_window"] = int(window)
         data["windowed_layer_fraction"] = sum(kind == "sliding_attention" for kind in layer_types) / len(layer_types)
+    scaling = config.get("rope_scaling")
+    if isinstance(scaling, dict) and (scaling.get("rope_type") or scaling.get("type")) == "yarn" \
+            and family not in ("deepseek_v2", "deepseek_v3"):  # MLA's rotary embedding has its own fused path
+        data["rope_scaling"] = "yarn"
     if family == "gpt_oss":
         # Every layer is a mixture of experts; the experts' projections carry biases and their GLU
         # input is clipped to swiglu_limit.

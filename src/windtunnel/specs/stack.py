@@ -62,6 +62,14 @@ class Kernels(_Frozen):
     # and MaxText do) or 'matmul' (Praxis/PaxML EMBEDDING_LOOKUP_STYLE 'matmul': a one-hot of the tokens
     # times the table, a GEMM of tokens x vocab x hidden forward and its weight gradient backward).
     embedding_lookup: Literal["gather", "matmul"] = "gather"
+    # How queries and keys get their rotary embedding: 'fused' (one kernel per tensor each way: Transformer
+    # Engine's or Apex's fused RoPE, or a compiler's fusion), 'fused_unscaled' (fused for plain RoPE only; a model
+    # with a run-time scaled RoPE (ModelSpec.rope_scaling, YaRN) runs the eager path), or 'eager' (PyTorch ops).
+    rope: Literal["fused", "fused_unscaled", "eager"] = "fused"
+    # The eager path's cost per tensor (query, key): passes over its 16-bit elements forward and backward, and
+    # host ops forward and backward (the framework's rotary function and its autograd, counted in the stack's
+    # sources).
+    rope_eager_costs: tuple[float, float, float, float] = (12.0, 17.0, 16.0, 10.0)
     # The sequential loop's costs beyond the experts' GEMMs, in passes over the permuted tokens
     # (16-bit, rows x hidden) and eager ops: forward (zeros for the output, each expert's output
     # copied into its slice); backward per expert (autograd's CopySlices copies the whole output
@@ -270,6 +278,16 @@ def _catalog() -> dict[str, dict]:
             raise WindtunnelError(f"Catalog stack file '{path}' must be a mapping with an 'id'.")
         docs[str(doc["id"])] = doc
     return docs
+
+
+def eager_rope(rope: str, model) -> bool:
+    """Whether ``model``'s rotary embedding runs as eager ops under a stack whose kernels.rope is ``rope``:
+    always for 'eager'; for 'fused_unscaled' when the model scales its RoPE at run time (YaRN) outside multi-head
+    latent attention (Megatron-Core arguments.py and Megatron-Bridge utils/fusions.py turn apply_rope_fusion off
+    unless position_embedding_type is 'rope')."""
+    if rope == "eager":
+        return True
+    return rope == "fused_unscaled" and model.rope_scaling != "none" and model.mla is None
 
 
 def stack_names() -> list[str]:

@@ -33,7 +33,7 @@ from windtunnel.specs.layout import (
 )
 from windtunnel.specs.model import ModelSpec
 from windtunnel.specs.plan import Plan, validate_plan
-from windtunnel.specs.stack import DEFAULT_STACK, Stack, load_stack, with_stack_defaults
+from windtunnel.specs.stack import DEFAULT_STACK, Stack, eager_rope, load_stack, with_stack_defaults
 from windtunnel.train.assumptions import step_assumptions
 from windtunnel.train.checks import check_training_result
 from windtunnel.train.flops import model_flops_per_token
@@ -162,6 +162,7 @@ class _StepBuilder(PipelinePlay):
                               gather_index_passes=stack.comm.allgather_index_passes,
                               shared_overlap=stack.comm.shared_expert_overlap,
                               mla_pad_v=kernels.mla_pad_v, embedding_matmul=plan.embedding_lookup == "matmul",
+                              rope_eager=kernels.rope_eager_costs if eager_rope(kernels.rope, model) else None,
                               moe_imbalance=job.moe_imbalance if plan.ep > 1 else 1.0,  # ep=1: no rank waits for another
                               precision=plan.precision, dedup_dispatch=plan.dispatcher in ("deepep", "hybridep"),
                               permute_in_dispatch=plan.dispatcher == "hybridep",

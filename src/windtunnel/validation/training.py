@@ -178,6 +178,9 @@ def _row_model(row: dict, notes: list[str], dropout: float = 0.1) -> ModelSpec:
             data["attention_window"], data["windowed_layer_fraction"] = like.attention_window, like.windowed_layer_fraction
             notes.append(f"{like.name}: {like.attention_window}-token sliding window on {like.windowed_layer_fraction:.0%} "
                          f"of the layers (catalog {like.id})")
+        if like.rope_scaling != "none":
+            data["rope_scaling"] = like.rope_scaling
+            notes.append(f"{like.name}: rotary embedding scaled at run time ({like.rope_scaling}; catalog {like.id})")
         if "moe" in data and like.moe is not None and like.moe.expert_bias:
             data["moe"]["expert_bias"] = like.moe.expert_bias
             data["moe"]["activation_clamp"] = like.moe.activation_clamp
