@@ -118,7 +118,9 @@ def _sustained_factor(chip: Chip, fitted: dict) -> float:
     from windtunnel.specs.hardware import chip_names, load_chip
 
     chips = fitted.get("chips") or {}
-    own = _gemm_fit(chips.get(chip.id, {}))
+    # A chip without calibration rows of its own runs at its generation's fit (profile_dict), so it stands where
+    # that fit stands against the generation's best chip.
+    own = _gemm_fit(chips.get(chip.id, {})) or _gemm_fit((fitted.get("generations") or {}).get(chip.generation, {}))
     if not own:
         return 1.0
     generation = {name for name in chip_names() if load_chip(name).generation == chip.generation}
