@@ -45,3 +45,11 @@ def test_yarn_makes_a_megatron_step_slower_not_a_compiled_one():
     assert yarn_step > plain_step
     assert simulate_training(model=GPT_OSS, framework="jax", **job).step_time_s == \
         simulate_training(model=plain, framework="jax", **job).step_time_s
+
+
+def test_the_step_says_when_the_rotary_embedding_runs_eagerly():
+    job = dict(hardware="b200", devices=64, seq_len=4096, global_batch=256, plan="tp=1,pp=1,ep=8,mbs=2,recompute=full")
+    said = simulate_training(model=GPT_OSS, framework="megatron-bridge", **job).assumptions
+    assert any("rotary embedding as eager ops" in line and "YaRN" in line for line in said)
+    plain = simulate_training(model=LLAMA, framework="megatron-bridge", **dict(job, plan="tp=1,mbs=2")).assumptions
+    assert not any("rotary embedding as eager ops" in line for line in plain)

@@ -65,13 +65,19 @@ def step_assumptions(job: Any, builder: Any) -> list[str]:
         out.append(f"sliding-window attention (the model's sliding_window = {model.attention_window} tokens) on "
                    f"{model.windowed_layer_fraction:.0%} of the layers: each query attends to at most "
                    f"min(seq_len, {model.attention_window}) keys (attention FLOPs and time capped)")
+    if builder.shard.rope_eager is not None:
+        forward, backward = builder.shard.rope_eager[:2]
+        why = ("the stack fuses plain RoPE only and the model scales its RoPE at run time (YaRN)"
+               if builder.stack.kernels.rope == "fused_unscaled" else "the stack's rotary function is eager PyTorch")
+        out.append(f"rotary embedding as eager ops on queries and keys ({why}): {forward:g} passes over them forward, "
+                   f"{backward:g} backward (stack kernels.rope_eager_costs)")
     if model.moe:
         out.append(f"MoE load imbalance factor {job.moe_imbalance:.2f} on the busiest expert rank (its expert GEMMs "
                    "and all-to-all)" if plan.ep > 1 else
                    "MoE with ep=1: every rank runs every expert on all its tokens, so no rank waits for a busier one "
                    "(the load-imbalance factor does not apply)")
         if plan.ep > 1:
-            out.append(f"expert dispatch in {'fp8' if plan.precision == 'fp8' else '16-bit'}, combine in 16-bit; "
+            out.append(f"expert dispatch in {'fp8' if plan.fp8_dispatch else '16-bit'}, combine in 16-bit; "
                        + {"deepep": "deduplicating dispatcher (DeepEP-style: one copy per remote domain)",
                           "hybridep": "HybridEP dispatcher (one copy per remote domain), the permutation into expert "
                                       "order fused into its dispatch and combine kernels"}.get(
