@@ -19,7 +19,6 @@ from windtunnel.cli.profiling import register as register_profiling
 from windtunnel.cli.root import register as register_root
 from windtunnel.cli.run import register as register_run
 from windtunnel.specs.errors import WindtunnelError
-from windtunnel.specs.yamlio import catalog_dir
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="windtunnel: rehearse LLM training and serving on a simulated cluster.")
@@ -44,10 +43,12 @@ register_run(app)  # run scenario.yaml: studies of any pillar from a file
 
 console = Console()
 UNFUSED_LOSS_HELP = "Unfused fp32 cross-entropy (Megatron-LM's default) instead of the stack's loss kernel."
-# The built-in stacks are the catalog's stack files (each file's stem is its id), listed from the catalog so
-# that a stack added there appears here without an edit.
+# The built-in stacks are the catalog's stack files (each file's stem is its id), listed from the package's
+# catalog folder so that a stack added there appears here without an edit (file names only: the CLI's startup
+# imports no YAML parser).
+_STACK_FILES = sorted((Path(__file__).resolve().parents[1] / "catalog" / "stacks").glob("*.yaml"))
 FRAMEWORK_HELP = ("Training stack: megatron (default), "
-                  + ", ".join(p.stem for p in sorted(catalog_dir("stacks").glob("*.yaml")) if p.stem != "megatron")
+                  + ", ".join(p.stem for p in _STACK_FILES if p.stem != "megatron")
                   + ", or a stack YAML file. Plan fields left unset (zero, grads, sp, tp_overlap, dispatcher) take the "
                   "stack's defaults.")
 WIDE = typer.Option(False, "--wide", help="Full-width tables (default: fit 80 columns, abbreviations explained).")
