@@ -85,6 +85,12 @@ def test_bad_stack_file_names_the_field(tmp_path):
     path.write_text("inherits: nothing-like-this\n")
     with pytest.raises(WindtunnelError, match="inherits unknown stack"):
         load_stack(str(path))
+    path.write_text("inherits: megatron\nkernels: {rope: eager, rope_eager_costs: [10, -1, 8, 10]}\n")
+    with pytest.raises(WindtunnelError, match=r"kernels.rope_eager_costs.1.*greater than or equal to 0"):
+        load_stack(str(path))
+    path.write_text("inherits: megatron\nkernels: {rope: sometimes}\n")
+    with pytest.raises(WindtunnelError, match="kernels.rope.*'fused', 'fused_unscaled' or 'eager'"):
+        load_stack(str(path))
 
 
 def test_cli_framework_flag_and_bad_value():

@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, ValidationError, model_validator
 
 from windtunnel.specs.errors import WindtunnelError, choices_text, did_you_mean
 from windtunnel.specs.yamlio import catalog_dir, deep_merge, read_mapping_file, read_yaml
@@ -69,7 +69,7 @@ class Kernels(_Frozen):
     # The eager path's cost per tensor (query, key): passes over its 16-bit elements forward and backward, and
     # host ops forward and backward (the framework's rotary function and its autograd, counted in the stack's
     # sources).
-    rope_eager_costs: tuple[float, float, float, float] = (12.0, 17.0, 16.0, 10.0)
+    rope_eager_costs: tuple[NonNegativeFloat, NonNegativeFloat, NonNegativeFloat, NonNegativeFloat] = (12.0, 17.0, 16.0, 10.0)
     # The sequential loop's costs beyond the experts' GEMMs, in passes over the permuted tokens
     # (16-bit, rows x hidden) and eager ops: forward (zeros for the output, each expert's output
     # copied into its slice); backward per expert (autograd's CopySlices copies the whole output
