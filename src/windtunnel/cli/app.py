@@ -224,8 +224,8 @@ def train_search(
     fp8_recipe: str = typer.Option("tensor", help="FP8 scaling in every plan with --precision fp8: tensor (one "
                                    "scale per tensor) or mx (MXFP8 1x32 blocks; Blackwell)."),
     fixed: str = typer.Option("", help="Kernel paths every plan runs, in --plan syntax: expert_gemm, fp8_attention, "
-                              "fp8_dispatch, act_fp8_store, grad_accum_fusion, embedding_lookup (e.g. "
-                              "'expert_gemm=fused_mlp,fp8_attention=true')."),
+                              "fp8_dispatch, act_fp8_store, grad_accum_fusion, embedding_lookup, device_connections "
+                              "(e.g. 'expert_gemm=fused_mlp,fp8_attention=true')."),
     profile: Path | None = typer.Option(None, help=PROFILE_HELP),
     backend: str = typer.Option("local", help="local (processes on this machine) or ray."),
     address: str | None = typer.Option(None, help="Ray cluster address ('auto' joins a running cluster)."),

@@ -51,6 +51,8 @@ PLAN_KEYS = {
     "act_fp8_store": "SwiGLU inputs kept in FP8 for the backward (Megatron --activation-func-fp8-input-store)",
     "fp8_attention": "attention's matmuls in FP8 (Megatron --fp8-dot-product-attention)",
     "fp8_dispatch": "MoE dispatch all-to-all in FP8 (DeepSeek-V3; off: 16-bit tokens, as Megatron-Core sends them)",
+    "device_connections": "hardware work queues per device (CUDA_DEVICE_MAX_CONNECTIONS, default 8); 1 queues an "
+                          "overlapped pair's all-to-all behind the kernels issued before it",
     "mtp": "multi-token-prediction modules trained (unset: the model's own count)",
     "layout": "Megatron pipeline layout of modules per stage, e.g. 'Et*4|(t*4|)*14tmL' (empty: even split; "
               "balanced: the split that evens the busiest rank's time)",

@@ -116,6 +116,10 @@ class Plan(BaseModel):
     # MoE tokens dispatched in FP8, the combine in BF16 (DeepSeek-V3 Sec. 3.3.3). Off, 16 bits whatever the GEMMs
     # run in: Megatron-Core's dispatchers quantise only inside the expert GEMMs (validation NOTES, 2026-12-07).
     fp8_dispatch: bool = False
+    # Hardware work queues per device (CUDA_DEVICE_MAX_CONNECTIONS, CUDA's default 8). With 1, every stream's
+    # kernels wait in one queue in the order the host issued them, so an overlapped pair's all-to-all cannot start
+    # before the compute issued ahead of it (train/layers.py, the EP overlap and DualPipe pairs).
+    device_connections: int = Field(default=8, ge=1, le=32)
     # Multi-token prediction modules trained (Megatron's --mtp-num-layers; DeepSeek-V3 trains one):
     # each runs one more transformer layer, a projection and the shared output layer and loss on
     # the last pipeline stage. None: the model's own count (mtp_layers).
@@ -163,6 +167,8 @@ class Plan(BaseModel):
             parts.append(f"etp={self.etp}")
         if self.ep_overlap:
             parts.append("ep_overlap=true")
+        if self.device_connections != 8:
+            parts.append(f"device_connections={self.device_connections}")
         parts += [f"cuda_graphs={self.cuda_graphs}"] if self.cuda_graphs != "none" else []
         parts += [f"fp8_recipe={self.fp8_recipe}"] if self.fp8_recipe != "tensor" else []
         if self.grads != "fp32":

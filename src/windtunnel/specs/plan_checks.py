@@ -176,6 +176,7 @@ PLAN_FIELD_ALIASES = {
     "activation_func_fp8_input_store": "act_fp8_store", "activation-func-fp8-input-store": "act_fp8_store",
     "fp8_dot_product_attention": "fp8_attention", "fp8-dot-product-attention": "fp8_attention",
     "fp8-dispatch": "fp8_dispatch", "moe_fp8_dispatch": "fp8_dispatch",
+    "cuda_device_max_connections": "device_connections", "device-connections": "device_connections",
     "gradient_accumulation_fusion": "grad_accum_fusion", "gradient-accumulation-fusion": "grad_accum_fusion",
     "overlap-grad-reduce": "overlap_grad_reduce", "overlap-param-gather": "overlap_param_gather",
     "cp_comm_type": "cp_algo", "context_parallel_algo": "cp_algo", "context-parallel-algo": "cp_algo", "cp-algo": "cp_algo",

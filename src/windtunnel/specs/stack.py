@@ -80,6 +80,12 @@ class Kernels(_Frozen):
     sequential_backward_passes_per_expert: float = Field(default=6.0, ge=0)
     sequential_host_ops_per_expert: float = Field(default=5.0, ge=0)
 
+    @property
+    def sequential_costs(self) -> tuple[float, float, float]:
+        """The sequential expert loop's costs as graph.transformer.Sharding.sequential_costs takes them."""
+        return (self.sequential_forward_passes, self.sequential_backward_passes_per_expert,
+                self.sequential_host_ops_per_expert)
+
 
 class Sharding(_Frozen):
     """How sharded data parallelism (ZeRO-3 / FSDP FULL_SHARD) gathers parameters and reduces gradients."""

@@ -140,12 +140,14 @@ class LayerCoster:
     """Plays operator DAGs for one rank of a plan on a cluster."""
 
     def __init__(self, cluster: Cluster, placement: Placement, eff: Efficiency, precision: str,
-                 *, tp_overlap: bool) -> None:
+                 *, tp_overlap: bool, single_queue: bool = False) -> None:
         self.cluster = cluster
         self.placement = placement
         self.eff = eff
         self.precision = precision
         self.tp_overlap = tp_overlap
+        # One hardware queue per device (plan device_connections=1): kernels start in host issue order.
+        self.single_queue = single_queue
 
     def op_time(self, op: Op) -> float:
         """Seconds for one operator on its stream."""
@@ -218,9 +220,13 @@ class LayerCoster:
                 any(op.stream == "ep" for graph in graphs for op in graph.ops):
             carve = eff.compute_units / max(1, eff.compute_units - eff.overlap_comm_units)
         # A pair shares the device's compute and links in one fixed order of its components
-        # (overlap_order); alone or in sequence, each graph's operators run in their own order.
-        sequence = overlap_order(graphs) if paired else \
+        # (overlap_order); alone or in sequence, each graph's operators run in their own order. With one
+        # hardware queue the pair runs in Megatron's issue order, each all-to-all queued behind the kernels
+        # issued before it (queued_behind).
+        queued = paired and self.single_queue and any(op.stream == "ep" for g in graphs for op in g.ops)
+        sequence = issue_order(graphs) if queued else overlap_order(graphs) if paired else \
             [(gi, oi) for gi, graph in enumerate(graphs) for oi in range(len(graph.ops))]
+        issued_kernels: list[int] = []  # tasks of the kernels issued so far, all-to-alls excepted
         pieces_of = [self._pieces(graph) for graph in graphs]
         for gi, oi in sequence:
             graph = graphs[gi]
@@ -236,8 +242,9 @@ class LayerCoster:
             inputs = [t for dep in op.deps for t in task_of[(gi, dep)]] if op.host_sync else []
             issued = self._issue(engine, op, host_stream, inputs)
             tasks = []
+            queue_wait = issued_kernels[:] if queued and op.is_comm and op.stream == "ep" else []
             for piece in range(count):
-                deps: list[int] = [] if issued is None else [issued]
+                deps: list[int] = ([] if issued is None else [issued]) + queue_wait
                 for dep in op.deps:
                     producer = task_of[(gi, dep)]
                     deps.append(producer[min(piece, len(producer) - 1)] if len(producer) == count else producer[-1])
@@ -249,6 +256,8 @@ class LayerCoster:
                     category = "recompute" if op.phase == "recompute" else "compute"
                 tasks.append(engine.task(op.name, stream, duration, deps, category=category))
             task_of[(gi, oi)] = tasks
+            if queued and not (op.is_comm and op.stream == "ep"):
+                issued_kernels.append(tasks[-1])
             if not op.is_comm:
                 flops += op.flops * op.count
                 if op.model_flops and op.phase != "recompute":
@@ -293,6 +302,48 @@ def overlap_order(graphs: list[OpGraph]) -> list[tuple[int, int]]:
             keyed.append(((segment[oi], 0 if backward else 1, gi, oi), gi, oi))
     keyed.sort()
     return [(gi, oi) for _, gi, oi in keyed]
+
+
+def issue_order(graphs: list[OpGraph]) -> list[tuple[int, int]]:
+    """The order in which Megatron-Core's combined 1F1B issues an overlapped forward and backward MoE layer
+    from the host (models/common/model_chunk_schedule_plan.py TransformerLayerSchedulePlan.run, core_v0.15.0):
+    the backward's recomputed forward if any, the backward's combine, the forward's attention and router, the
+    backward's expert MLP (input gradients),
+    the forward's dispatch, the backward's expert weight gradients (backward_dw) and dispatch, the forward's
+    experts and combine, then the backward's attention (its weight gradients last). Segments are cut at the
+    all-to-alls as in overlap_order; within a step, graph order. It matters where kernels wait in one hardware
+    queue (plan device_connections=1): an all-to-all then starts only after every kernel issued before it."""
+    segment_of = _segments(graphs)
+    keyed = []
+    for gi, graph in enumerate(graphs):
+        backward = any(op.phase != "fwd" for op in graph.ops)
+        # A recomputed forward (its all-to-alls included) runs first, at the head of the layer's backward.
+        replayed = sum(op.phase == "recompute" and op.is_comm and op.stream == "ep" for op in graph.ops)
+        for oi, op in enumerate(graph.ops):
+            segment, comm = segment_of[(gi, oi)], op.is_comm and op.stream == "ep"
+            if backward and op.phase == "recompute":
+                step = -1
+            elif backward:
+                step = {0: 1 if comm else 0, 1: 6 if comm else (5 if op.weight_grad else 3)}.get(
+                    segment - replayed, 10 if op.weight_grad else 9)
+            else:
+                step = {0: 4 if comm else 2, 1: 8 if comm else 7}.get(segment, 8.5)
+            keyed.append(((step, segment, 0 if backward else 1, oi), gi, oi))
+    keyed.sort()
+    return [(gi, oi) for _, gi, oi in keyed]
+
+
+def _segments(graphs: list[OpGraph]) -> dict[tuple[int, int], int]:
+    """Each operator's segment: the all-to-alls on its longest path from its graph's start."""
+    out = {}
+    for gi, graph in enumerate(graphs):
+        segment = [0] * len(graph.ops)
+        for oi, op in enumerate(graph.ops):
+            for dep in op.deps:
+                segment[oi] = max(segment[oi], segment[dep] + (1 if graph.ops[dep].is_comm and
+                                                               graph.ops[dep].stream == "ep" else 0))
+            out[(gi, oi)] = segment[oi]
+    return out
 
 
 def zero3_exposed(compute_s: float, transfer_s: float, held: float) -> float:

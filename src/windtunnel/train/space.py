@@ -166,7 +166,8 @@ class SearchSpace:
 
 # Plan fields a search may hold fixed in every candidate (SearchSpace.fixed): kernel paths that change what a
 # layer costs but not which layouts are valid, so the space's pruning rules still hold.
-FIXED_FIELDS = ("expert_gemm", "fp8_attention", "fp8_dispatch", "act_fp8_store", "grad_accum_fusion", "embedding_lookup")
+FIXED_FIELDS = ("expert_gemm", "fp8_attention", "fp8_dispatch", "act_fp8_store", "grad_accum_fusion", "embedding_lookup",
+                "device_connections")
 
 
 def fixed_fields(text: str, precision: str, fp8_recipe: str) -> dict:

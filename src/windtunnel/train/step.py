@@ -153,10 +153,7 @@ class _StepBuilder(PipelinePlay):
                                                 "flash" if kernels.attention == "unfused" else kernels.attention),
                               fused_elementwise=kernels.fused_elementwise, linear_host_ops=kernels.linear_host_ops,
                               context_parallel=plan.cp_algo, cp_overlap=plan.cp_overlap, repeat_kv=kernels.repeat_kv,
-                              sequential_costs=(kernels.sequential_forward_passes,
-                                                kernels.sequential_backward_passes_per_expert,
-                                                kernels.sequential_host_ops_per_expert)
-                              if plan.expert_gemm == "sequential" else None,
+                              sequential_costs=kernels.sequential_costs if plan.expert_gemm == "sequential" else None,
                               cp_merge=(stack.comm.cp_merge_bytes, stack.comm.cp_merge_backward_bytes),
                               cp_grad_bytes=stack.comm.cp_grad_bytes, cp_regather=stack.comm.cp_backward_regather,
                               gather_index_passes=stack.comm.allgather_index_passes,
@@ -171,7 +168,8 @@ class _StepBuilder(PipelinePlay):
                               dispatch_bytes=1.0 if plan.fp8_dispatch else ACT_BYTES,
                               cuda_graphs="full" if kernels.host_issue == "compiled" else plan.cuda_graphs)
         self.coster = LayerCoster(cluster, self.placement, self.eff, plan.precision,
-                                  tp_overlap=plan.tp_overlap and plan.sequence_parallel)
+                                  tp_overlap=plan.tp_overlap and plan.sequence_parallel,
+                                  single_queue=plan.device_connections == 1)
         self.dag_stages: list[list[str]] | None = None  # an imported DAG's modules per virtual stage
         self.dag_params: dict[str, tuple[float, float]] = {}
         if job.dag is not None:
