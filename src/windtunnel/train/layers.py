@@ -222,7 +222,7 @@ class LayerCoster:
         # A pair shares the device's compute and links in one fixed order of its components
         # (overlap_order); alone or in sequence, each graph's operators run in their own order. With one
         # hardware queue the pair runs in Megatron's issue order, each all-to-all queued behind the kernels
-        # issued before it (queued_behind).
+        # issued before it (issue_order).
         queued = paired and self.single_queue and any(op.stream == "ep" for g in graphs for op in g.ops)
         sequence = issue_order(graphs) if queued else overlap_order(graphs) if paired else \
             [(gi, oi) for gi, graph in enumerate(graphs) for oi in range(len(graph.ops))]
@@ -291,57 +291,60 @@ def overlap_order(graphs: list[OpGraph]) -> list[tuple[int, int]]:
     order is a topological order of the pair and its fixed stream orders never deadlock.
     """
     ep = any(op.is_comm and op.stream == "ep" for graph in graphs for op in graph.ops)
+    segment_of = _segments(graphs, cut_at_ep_only=ep)
     keyed = []
     for gi, graph in enumerate(graphs):
         backward = any(op.phase != "fwd" for op in graph.ops)
-        segment = [0] * len(graph.ops)
-        for oi, op in enumerate(graph.ops):
-            for dep in op.deps:
-                cut = graph.ops[dep].is_comm and (graph.ops[dep].stream == "ep" or not ep)
-                segment[oi] = max(segment[oi], segment[dep] + (1 if cut else 0))
-            keyed.append(((segment[oi], 0 if backward else 1, gi, oi), gi, oi))
+        for oi in range(len(graph.ops)):
+            keyed.append(((segment_of[(gi, oi)], 0 if backward else 1, gi, oi), gi, oi))
     keyed.sort()
     return [(gi, oi) for _, gi, oi in keyed]
+
+
+# Where Megatron-Core's combined 1F1B issues each part of an overlapped MoE layer pair (issue_order), by segment
+# (all-to-alls before it) and kind: a kernel, a weight-gradient kernel (issued late, backward_dw) or an all-to-all.
+_BACKWARD_STEPS = {(0, "kernel"): 0, (0, "wgrad"): 0, (0, "a2a"): 1, (1, "kernel"): 3, (1, "wgrad"): 5, (1, "a2a"): 6}
+_FORWARD_STEPS = {(0, "kernel"): 2, (0, "a2a"): 4, (1, "kernel"): 7, (1, "a2a"): 8}
 
 
 def issue_order(graphs: list[OpGraph]) -> list[tuple[int, int]]:
     """The order in which Megatron-Core's combined 1F1B issues an overlapped forward and backward MoE layer
     from the host (models/common/model_chunk_schedule_plan.py TransformerLayerSchedulePlan.run, core_v0.15.0):
     the backward's recomputed forward if any, the backward's combine, the forward's attention and router, the
-    backward's expert MLP (input gradients),
-    the forward's dispatch, the backward's expert weight gradients (backward_dw) and dispatch, the forward's
-    experts and combine, then the backward's attention (its weight gradients last). Segments are cut at the
-    all-to-alls as in overlap_order; within a step, graph order. It matters where kernels wait in one hardware
-    queue (plan device_connections=1): an all-to-all then starts only after every kernel issued before it."""
-    segment_of = _segments(graphs)
+    backward's expert input gradients, the forward's dispatch, the backward's expert weight gradients
+    (backward_dw) and dispatch, the forward's experts and combine, then the backward's attention (its weight
+    gradients last) and the forward's tail. Within a step, graph order. It matters where kernels wait in one
+    hardware queue (plan device_connections=1): an all-to-all then starts only after every kernel issued
+    before it."""
+    segment_of = _segments(graphs, cut_at_ep_only=True)
     keyed = []
     for gi, graph in enumerate(graphs):
         backward = any(op.phase != "fwd" for op in graph.ops)
         # A recomputed forward (its all-to-alls included) runs first, at the head of the layer's backward.
         replayed = sum(op.phase == "recompute" and op.is_comm and op.stream == "ep" for op in graph.ops)
         for oi, op in enumerate(graph.ops):
-            segment, comm = segment_of[(gi, oi)], op.is_comm and op.stream == "ep"
+            kind = "a2a" if op.is_comm and op.stream == "ep" else "wgrad" if op.weight_grad else "kernel"
             if backward and op.phase == "recompute":
-                step = -1
+                step = -1.0
             elif backward:
-                step = {0: 1 if comm else 0, 1: 6 if comm else (5 if op.weight_grad else 3)}.get(
-                    segment - replayed, 10 if op.weight_grad else 9)
+                step = _BACKWARD_STEPS.get((segment_of[(gi, oi)] - replayed, kind), 10 if kind == "wgrad" else 9)
             else:
-                step = {0: 4 if comm else 2, 1: 8 if comm else 7}.get(segment, 8.5)
-            keyed.append(((step, segment, 0 if backward else 1, oi), gi, oi))
+                step = _FORWARD_STEPS.get((segment_of[(gi, oi)], kind), 8.5)
+            keyed.append(((step, segment_of[(gi, oi)], 0 if backward else 1, oi), gi, oi))
     keyed.sort()
     return [(gi, oi) for _, gi, oi in keyed]
 
 
-def _segments(graphs: list[OpGraph]) -> dict[tuple[int, int], int]:
-    """Each operator's segment: the all-to-alls on its longest path from its graph's start."""
+def _segments(graphs: list[OpGraph], *, cut_at_ep_only: bool) -> dict[tuple[int, int], int]:
+    """Each operator's segment: the cuts on its longest path from its graph's start, a cut being an all-to-all
+    (``cut_at_ep_only``) or any collective."""
     out = {}
     for gi, graph in enumerate(graphs):
         segment = [0] * len(graph.ops)
         for oi, op in enumerate(graph.ops):
             for dep in op.deps:
-                segment[oi] = max(segment[oi], segment[dep] + (1 if graph.ops[dep].is_comm and
-                                                               graph.ops[dep].stream == "ep" else 0))
+                cut = graph.ops[dep].is_comm and (graph.ops[dep].stream == "ep" or not cut_at_ep_only)
+                segment[oi] = max(segment[oi], segment[dep] + (1 if cut else 0))
             out[(gi, oi)] = segment[oi]
     return out
 
