@@ -47,6 +47,13 @@ def test_one_queue_keeps_part_of_the_overlap_gain():
     assert overlapped < queued < plain
 
 
+def test_the_step_says_when_the_pair_waits_in_one_queue():
+    said = simulate_training(model=QWEN, plan=PLAN + ",ep_overlap=true,device_connections=1", **JOB).assumptions
+    assert any("one hardware queue" in line for line in said)
+    assert not any("one hardware queue" in line
+                   for line in simulate_training(model=QWEN, plan=PLAN + ",ep_overlap=true", **JOB).assumptions)
+
+
 def test_without_an_overlapped_pair_the_queues_change_nothing():
     assert simulate_training(model=QWEN, plan=PLAN, **JOB).step_time_s == \
         simulate_training(model=QWEN, plan=PLAN + ",device_connections=1", **JOB).step_time_s

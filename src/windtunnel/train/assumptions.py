@@ -92,7 +92,10 @@ def step_assumptions(job: Any, builder: Any) -> list[str]:
                    "of the embedding where the first stage's is elsewhere; its gradient sync is not costed)")
     if plan.ep_overlap:
         out.append("EP all-to-all overlap: each steady-state forward runs with an earlier micro-batch's backward, "
-                   "sharing the device (Megatron --overlap-moe-expert-parallel-comm)")
+                   "sharing the device (Megatron --overlap-moe-expert-parallel-comm)"
+                   + ("; one hardware queue (device_connections=1): the pair is issued in Megatron's combined-1F1B "
+                      "order and each all-to-all starts after the kernels issued before it" if plan.device_connections == 1
+                      else ""))
     if plan.offload_layers:
         chip = builder.chip
         out.append(f"activation offloading: the first {plan.offload_layers} layers' saved activations go to host "
