@@ -88,6 +88,7 @@ class Sharding:
     # The rotary embedding runs as eager ops with these costs per tensor (stack kernels.rope_eager_costs:
     # forward and backward passes, forward and backward host ops); None: one fused kernel.
     rope_eager: tuple[float, float, float, float] | None = None
+    fp8_cast_fused: bool = False  # stack kernels.fp8_cast 'fused': FP8 GEMM operands arrive quantised
 
     @property
     def tokens(self) -> int:
@@ -130,6 +131,8 @@ class _Builder:
         # calls on 4 streams), each a host-side library call.
         if host_ops is None:
             host_ops = self.s.linear_host_ops + (1.0 if self.s.precision == "fp8" else 0.0)
+        if self.s.fp8_cast_fused:
+            quantized_in = ("fwd", "bwd")
         return self.g.add(Op(name, "gemm", flops=2.0 * m * n * k, bytes_moved=moved, saved_bytes=saved_bytes,
                              shape=(m, n, k), deps=deps, count=count, model_flops=model_flops,
                              precision=self.s.precision if precision == "plan" else precision, host_ops=host_ops,

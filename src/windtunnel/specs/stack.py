@@ -70,6 +70,11 @@ class Kernels(_Frozen):
     # host ops forward and backward (the framework's rotary function and its autograd, counted in the stack's
     # sources).
     rope_eager_costs: tuple[NonNegativeFloat, NonNegativeFloat, NonNegativeFloat, NonNegativeFloat] = (12.0, 17.0, 16.0, 10.0)
+    # How an FP8 GEMM's 16-bit activation operand (forward input, backward output gradient) is quantised:
+    # 'separate' (a cast kernel before the GEMM reads 2 bytes and writes 1 per element, as Transformer Engine's
+    # and torchao's current-scaling casts do) or 'fused' (a compiler folds the scale-and-convert into the kernel
+    # that produces the operand: XLA with delayed scaling, whose scale is known before the producer runs).
+    fp8_cast: Literal["separate", "fused"] = "separate"
     # The sequential loop's costs beyond the experts' GEMMs, in passes over the permuted tokens
     # (16-bit, rows x hidden) and eager ops: forward (zeros for the output, each expert's output
     # copied into its slice); backward per expert (autograd's CopySlices copies the whole output

@@ -71,6 +71,12 @@ def step_assumptions(job: Any, builder: Any) -> list[str]:
                if builder.stack.kernels.rope == "fused_unscaled" else "the stack's rotary function is eager PyTorch")
         out.append(f"rotary embedding as eager ops on queries and keys ({why}): {forward:g} passes over them forward, "
                    f"{backward:g} backward (stack kernels.rope_eager_costs)")
+    if plan.precision == "fp8":
+        out.append("FP8 GEMM operands quantised inside the kernels that produce them (no cast kernels)"
+                   if builder.shard.fp8_cast_fused else
+                   "FP8 GEMMs quantise each 16-bit activation operand in a cast kernel of its own "
+                   "(reads 2 bytes, writes 1 per element)")
+        out[-1] += " (stack kernels.fp8_cast)"
     if model.moe:
         out.append(f"MoE load imbalance factor {job.moe_imbalance:.2f} on the busiest expert rank (its expert GEMMs "
                    "and all-to-all)" if plan.ep > 1 else
