@@ -109,3 +109,45 @@ def test_attn_output_drops_only_the_attention_output_like_paxml_save_qkv_out_pro
     assert saved_activation_bytes(layer, "selective[core_attn+mlp+layernorm]") - kept == pytest.approx(saved["out_proj"])
     rerun = {op.name for op in recompute_graph(layer, "selective[attn_output+mlp+layernorm]").ops}
     assert "core_attention" in rerun and "out_proj" not in rerun
+
+
+def test_elementwise_keeps_only_matmul_outputs_like_maxtext_minimal_flash():
+    """elementwise (JAX policies that save only matmul outputs: MaxText minimal / minimal_flash, PaxML
+    SAVE_DOT_ONLY): every memory-bound operator re-runs and keeps nothing, so each operator that reads one of
+    their outputs (the projections after the norms, the attention after the rotary embedding, the down
+    projection after the activation) no longer keeps its input; the matmul outputs themselves stay stored."""
+    layer = layer_forward(load_model("llama3-8b"), Sharding(seq_len=4096), moe=False)
+    saved = {op.name: op.saved_bytes for op in layer.ops}
+    none = saved_activation_bytes(layer, "none")
+    kept = saved_activation_bytes(layer, "selective[elementwise]")
+    # The readers of a norm, the rotary embedding, the residual add or the activation; the first norm keeps
+    # the layer input (the checkpoint), the activation its matmul input.
+    readers = {op.name for op in layer.ops if any(layer.ops[d].kind == "memory" for d in op.deps)}
+    assert readers == {"qkv_proj", "core_attention", "mlp_norm", "mlp.up_proj", "mlp.down_proj"}
+    assert none - kept == pytest.approx(sum(saved[n] for n in readers))
+    # A superset of the norms alone, and of the MoE-style activation-only saving.
+    assert kept < saved_activation_bytes(layer, "selective[layernorm]")
+    rerun = {op.name for op in recompute_graph(layer, "selective[elementwise]").ops}
+    assert {"attn_norm", "rope", "attn_residual", "mlp_norm", "mlp.act"} <= rerun
+    assert not rerun & {"qkv_proj", "core_attention", "out_proj", "mlp.up_proj", "mlp.down_proj"}
+
+
+def test_elementwise_under_reads_only_skips_the_layer_output():
+    """A stack that re-runs only what the backward reads (JAX) leaves out the last residual add: its output is
+    the next layer's stored input, read by nothing in this layer's backward."""
+    layer = layer_forward(load_model("llama3-8b"), Sharding(seq_len=4096), moe=False)
+    whole = {op.name for op in recompute_graph(layer, "selective[core_attn+elementwise]").ops}
+    pruned = {op.name for op in recompute_graph(layer, "selective[core_attn+elementwise]", reads_only=True).ops}
+    assert "mlp_residual" in whole and "mlp_residual" not in pruned
+    assert {"attn_norm", "rope", "core_attention", "attn_residual", "mlp_norm", "mlp.act"} <= pruned
+
+
+def test_elementwise_plan_field_parses_and_slows_the_step():
+    plan = parse_plan("tp=1,pp=1,dp=8,mbs=1,recompute=selective,recompute_modules=core_attn+elementwise")
+    assert plan.recompute_modules == "core_attn+elementwise"
+    model = load_model("llama3-8b")
+    base = simulate_training(model, "h100-sxm", 8, seq_len=4096, global_batch=64,
+                             plan="tp=1,pp=1,dp=8,mbs=1,recompute=selective,recompute_modules=core_attn")
+    more = simulate_training(model, "h100-sxm", 8, seq_len=4096, global_batch=64, plan=plan.to_string())
+    assert more.step_time_s > base.step_time_s
+    assert more.peak_memory_bytes < base.peak_memory_bytes

@@ -10,8 +10,12 @@
 # custom policies with out_proj); attn_proj is core attention together with its output projection and residual
 # add, one checkpointed region whose saved input is Q, K and V: neither the attention output nor the residual
 # stream after it is kept (MaxText save_qkv_proj: save_only_these_names('query_proj', 'value_proj', 'key_proj',
-# 'qkv_proj')).
-RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "moe_act", "mlp", "moe", "attn_proj", "attn_output")
+# 'qkv_proj')). elementwise re-runs every memory-bound operator (norms, activations, rotary embedding, residual
+# and bias adds) and keeps none of their outputs: the policies that save only matmul outputs (MaxText minimal /
+# minimal_flash: checkpoint_dots_with_no_batch_dims; PaxML SAVE_DOT_ONLY: checkpoint_dots), and the non-matmul
+# remainder of the name-saving ones, whose layers re-run whatever the backward reads and was not saved.
+RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "moe_act", "mlp", "moe", "attn_proj", "attn_output",
+                     "elementwise")
 
 # Megatron-Core's fine-grained activation offloading (--fine-grained-activation-offloading
 # --offload-modules; docs/source/api-guide/fine_grained_activation_offloading.md, PR #1913): each named

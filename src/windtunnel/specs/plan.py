@@ -36,7 +36,8 @@ class Plan(BaseModel):
     recompute: Recompute = "selective"
     recompute_layers: int = Field(default=-1, ge=-1)
     # With recompute=selective, the modules re-run, '+'-separated (Megatron's --recompute-modules):
-    # core_attn, mla_up_proj, layernorm, moe_act, mlp. Empty: core_attn (and mla_up_proj with MLA).
+    # core_attn, mla_up_proj, layernorm, moe_act, mlp, moe, attn_proj, attn_output, elementwise (specs/modules.py).
+    # Empty: core_attn (and mla_up_proj with MLA).
     recompute_modules: str = ""
     sp: bool = True
     zero: int = Field(default=1, ge=0, le=3)

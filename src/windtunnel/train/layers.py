@@ -51,6 +51,11 @@ def module_ops(forward: OpGraph, module: str) -> set[int]:
             return op.name in ("experts.act", "experts.act_clamp")
         if module == "mlp":
             return op.name.startswith("mlp.")
+        if module == "elementwise":
+            # Every memory-bound operator (JAX policies that save only matmul outputs): norms, activations,
+            # rotary embedding, residual and bias adds; a stack that re-runs only what the backward reads
+            # (memory.recompute_reads_only) then leaves out the layer's last residual add.
+            return op.kind == "memory"
         if module == "attn_proj":
             return op.name in SELECTIVE_OPS or op.name in ("out_proj", "attn_residual")
         if module == "moe":
