@@ -11,9 +11,10 @@ import pytest
 
 from windtunnel.insight import training_job
 from windtunnel.train import steady_play
+from windtunnel.train.chunks import _Chunk
 from windtunnel.train.layers import Played, backward_with_recompute, split_weight_gradients
 from windtunnel.train.schedule import Block, dualpipe, dualpipe_greedy
-from windtunnel.train.step import _Chunk, _StepBuilder
+from windtunnel.train.step import _StepBuilder
 
 DSV3 = dict(seq_len=4096, global_batch=15360)
 DSV3_PLAN = ("tp=1,pp=16,ep=64,precision=fp8,mtp=1,schedule=dualpipe,dispatcher=deepep,fp8_dispatch=true,"
