@@ -31,6 +31,7 @@ validate: $(STAMP)
 	$(BIN)/windtunnel validate all $(TRAINING_CSVS) --baseline validation/baselines/accuracy_2c062f5.json --out validation/ACCURACY.md --bands-out src/windtunnel/catalog/bands.yaml
 	$(BIN)/python validation/collectives.py > /dev/null
 	$(BIN)/python validation/attention_kernels.py
+	$(BIN)/python validation/gemm_kernels.py
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_step.py
