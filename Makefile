@@ -32,6 +32,7 @@ validate: $(STAMP)
 	$(BIN)/python validation/collectives.py > /dev/null
 	$(BIN)/python validation/attention_kernels.py
 	$(BIN)/python validation/gemm_kernels.py
+	$(BIN)/python validation/collective_kernels.py
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_step.py
