@@ -46,8 +46,12 @@ def test_tp2_halves_each_matmul_per_rank_and_adds_the_all_reduce(tmp_path):
     eff = efficiency_for(chip)
     one, _, params1, _ = build_forward(imported, 1)
     two, _, params2, _ = build_forward(imported, 2)
+    for op1, op2 in zip((op for op in one.ops if op.kind == "gemm"), (op for op in two.ops if op.kind == "gemm"),
+                        strict=True):
+        assert op2.flops == pytest.approx(op1.flops / 2)
+    # Half the work each; the row-parallel GEMM's halved reduction runs a little less efficiently (k_half).
     for t1, t2 in zip(_gemm_times(one, chip, eff), _gemm_times(two, chip, eff), strict=True):
-        assert t2 == pytest.approx(t1 / 2, rel=0.03)
+        assert t1 / 2 * 0.99 <= t2 <= t1 / 2 * 1.15
     assert [op.kind for op in one.ops if op.is_comm] == []
     comms = [op for op in two.ops if op.is_comm]
     assert [(op.kind, op.group) for op in comms] == [("all_reduce", "tp")]
