@@ -65,3 +65,25 @@ def test_the_layer_graph_costs_attention_as_attention_work_does():
     op = next(op for op in graph.ops if op.name == "core_attention")
     work = attention_work(2, model.heads, model.kv_heads, 4096, 4096, model.head_dim, model.head_dim)
     assert op.flops == work.flops and op.shape == work.shape
+
+
+def test_blackwell_fp8_backward_costs_every_causal_score_of_a_windowed_call():
+    """cuDNN's FP8 attention backward on Blackwell does not skip the keys outside a sliding window (the
+    cudnn-frontend timings grow with the square of the sequence); the 16-bit backward and Hopper's FP8 one do."""
+    from windtunnel.cost.compute import attention_time
+    from windtunnel.cost.efficiency import efficiency_for
+    from windtunnel.graph.ops import Op, OpGraph, backward_of
+    from windtunnel.specs.hardware import load_chip
+
+    def backward_s(chip_id: str, precision: str, window: int | None) -> float:
+        work = attention_work(1, 64, 8, 8192, 8192, 64, 64, window=window, windowed_fraction=1.0 if window else 0.0)
+        graph = OpGraph()
+        graph.add(Op("core_attention", "attention", flops=work.flops, exponentials=work.exponentials,
+                     bytes_moved=work.qkv_bytes + work.out_bytes, shape=work.shape, precision=precision))
+        chip = load_chip(chip_id)
+        return attention_time(backward_of(graph).ops[0], chip, efficiency_for(chip))
+
+    full = backward_s("gb200", "fp8", None)
+    assert backward_s("gb200", "fp8", 128) == pytest.approx(full, rel=0.02)
+    assert backward_s("gb200", "bf16", 128) < 0.25 * backward_s("gb200", "bf16", None)
+    assert backward_s("h200", "fp8", 128) < 0.25 * backward_s("h200", "fp8", None)

@@ -68,7 +68,12 @@ def attention_time(op: Op, chip: Chip, eff: Efficiency) -> float:
         return maximum * keys / (keys + eff.attention_half_length)
 
     compute = ideal * (1.0 - window_share) / efficiency(kv_len)
-    if window_share:
+    if window_share and op.precision == "fp8" and op.phase == "bwd" and not eff.attention_fp8_bwd_skips_window:
+        # A backward that does not skip the keys outside the window computes every causal score of the
+        # windowed calls: half the keys per query, at the full-length efficiency (sliding windows are causal).
+        causal_keys = kv_len / 2.0
+        compute += ideal * window_share * causal_keys / min(float(window_keys), causal_keys) / efficiency(kv_len)
+    elif window_share:
         compute += ideal * window_share / efficiency(window_keys)
     memory = op.bytes_moved / (chip.hbm_bandwidth * eff.memory_bandwidth)
     return max(compute, memory) + eff.kernel_overhead_s

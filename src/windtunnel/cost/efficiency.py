@@ -47,6 +47,9 @@ class Efficiency:
     optimizer_bytes_per_param: float
     tree_bandwidth_factor: float = 0.5
     attention_fp8_ratio: float = 0.85  # FP8 attention's share of the 16-bit kernel's fraction of peak
+    # Whether the FP8 attention backward skips the keys outside a sliding window, as the 16-bit kernel does;
+    # False: it computes every causal score of a windowed call (efficiency.yaml attention.fp8_backward_skips_window).
+    attention_fp8_bwd_skips_window: bool = True
     host_op_s: float = 0.0
     host_library_call_s: float = 0.0
     host_link: float = 0.8
@@ -157,6 +160,7 @@ def _efficiency_for(chip: Chip, fitted_override: dict | None, family: str) -> Ef
         attention_bwd=float(attention["bwd_efficiency"]),
         attention_half_length=float(attention["half_length"]),
         attention_fp8_ratio=float(attention["fp8_ratio"]),
+        attention_fp8_bwd_skips_window=bool(attention.get("fp8_backward_skips_window", True)),
         memory_bandwidth=float(p["memory"]["bandwidth_efficiency"]),
         unvectorized_bandwidth=float(p["memory"]["unvectorized_factor"]),
         kernel_overhead_s=float(p["kernel_overhead_s"]),
