@@ -59,3 +59,17 @@ def test_fp8_dispatch_needs_fp8(cli):
     assert_one_clear_error(cli("train", "simulate", "--model", "qwen3-30b-a3b", "--hardware", "h100-sxm", "--devices",
                                "16", "--global-batch", "64", "--seq-len", "4096", "--plan", BASE + ",fp8_dispatch=true"),
                            "fp8_dispatch", "precision=fp8")
+
+
+def test_fp8_attention_says_it_extrapolates_on_dense_and_moe_models():
+    """No validation row runs FP8 attention (its cost comes from cuDNN's kernel timings), so a plan that does
+    says so, dense or MoE; the same plan without it does not name it."""
+    from windtunnel import load_model, simulate_training
+
+    reason = "plan fp8_attention=true: no validation row runs this kernel path"
+    dense = simulate_training(load_model("llama3-8b"), "h100-sxm", 8, seq_len=4096, global_batch=64,
+                              plan="tp=1,pp=1,mbs=1,precision=fp8,fp8_attention=true")
+    assert reason in dense.extrapolation["reasons"] and dense.extrapolation["extrapolating"]
+    plain = simulate_training(load_model("llama3-8b"), "h100-sxm", 8, seq_len=4096, global_batch=64,
+                              plan="tp=1,pp=1,mbs=1,precision=fp8")
+    assert not any("fp8_attention" in r for r in plain.extrapolation["reasons"])

@@ -129,8 +129,11 @@ def assess(bands: dict, *, stack: str, chip: str, generation: str, precision: st
 
 
 # Plan values whose kernel path no row of the validation files states yet (modelled from the kernels' published
-# behaviour, graph/moe_block.py): a prediction that uses one says it extrapolates. Drop a value once rows state it.
-UNVALIDATED_PATHS = {"dispatcher": ("hybridep",), "expert_gemm": ("fused_mlp",), "fp8_dispatch": ("true",)}
+# behaviour: graph/moe_block.py, and FP8 attention from cuDNN's timings, validation/ATTENTION_KERNELS.md): a
+# prediction that uses one says it extrapolates. Field -> (values, the architectures where it runs). Drop a
+# value once rows state it.
+UNVALIDATED_PATHS = {"dispatcher": (("hybridep",), ("moe",)), "expert_gemm": (("fused_mlp",), ("moe",)),
+                     "fp8_dispatch": (("true",), ("moe",)), "fp8_attention": (("true",), ("dense", "moe"))}
 
 
 def annotate(result: TrainingResult, *, generation: str, precision: str, arch: str,
@@ -146,8 +149,9 @@ def annotate(result: TrainingResult, *, generation: str, precision: str, arch: s
         seq_len=result.seq_len, devices=result.devices, step_time_s=result.step_time_s,
         tokens_per_s=result.tokens_per_s)
     fields = dict(part.split("=", 1) for part in result.plan.split(",") if "=" in part)
-    unvalidated = [f"{name}={fields[name]}" for name, values in UNVALIDATED_PATHS.items() if fields.get(name) in values]
-    if unvalidated and arch == "moe":
+    unvalidated = [f"{name}={fields[name]}" for name, (values, archs) in UNVALIDATED_PATHS.items()
+                   if fields.get(name) in values and arch in archs]
+    if unvalidated:
         result.extrapolation["reasons"].append(f"plan {', '.join(unvalidated)}: no validation row runs this kernel path")
         result.extrapolation["extrapolating"] = True
     return result
