@@ -24,6 +24,14 @@ def validation_script(name: str) -> ModuleType:
     return module
 
 
+def report_as_committed(script: ModuleType, tmp_path: Path, monkeypatch) -> tuple[str, str]:
+    """(the text a validation script's ``main()`` writes now, the committed report it names as ``REPORT``)."""
+    committed = script.REPORT
+    monkeypatch.setattr(script, "REPORT", tmp_path / committed.name)
+    script.main()
+    return (tmp_path / committed.name).read_text(), committed.read_text()
+
+
 def gpt_model(hidden: int = 1024, heads: int = 16, layers: int = 4, **extra) -> ModelSpec:
     """A GPT-style model as in Korthikanti et al. 2022: GeLU, 4h FFN, MHA, dropout 0.1."""
     return ModelSpec(id="gpt-test", layers=layers, hidden=hidden, ffn_hidden=4 * hidden, heads=heads,

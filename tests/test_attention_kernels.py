@@ -4,16 +4,13 @@ attention cost both it and a layer's graph use (graph/attention_work.py)."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 
-from conftest import validation_script
+from conftest import report_as_committed, validation_script
 from windtunnel.graph.attention_work import attention_work
 from windtunnel.graph.transformer import Sharding, layer_forward
 from windtunnel.specs.model import load_model
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _script():
@@ -32,10 +29,8 @@ def test_every_measurement_is_a_catalog_chip_and_a_finite_prediction():
 
 
 def test_report_is_the_scripts_own(tmp_path, monkeypatch):
-    script = _script()
-    monkeypatch.setattr(script, "REPORT", tmp_path / "ATTENTION_KERNELS.md")
-    script.main()
-    assert (tmp_path / "ATTENTION_KERNELS.md").read_text() == (ROOT / "validation" / "ATTENTION_KERNELS.md").read_text()
+    written, committed = report_as_committed(_script(), tmp_path, monkeypatch)
+    assert written == committed
 
 
 def test_the_model_ranks_kernel_calls_as_measured():
@@ -69,19 +64,14 @@ def test_the_layer_graph_costs_attention_as_attention_work_does():
 
 def test_blackwell_fp8_backward_costs_every_causal_score_of_a_windowed_call():
     """cuDNN's FP8 attention backward on Blackwell does not skip the keys outside a sliding window (the
-    cudnn-frontend timings grow with the square of the sequence); the 16-bit backward and Hopper's FP8 one do."""
-    from windtunnel.cost.compute import attention_time
-    from windtunnel.cost.efficiency import efficiency_for
-    from windtunnel.graph.ops import Op, OpGraph, backward_of
-    from windtunnel.specs.hardware import load_chip
+    cudnn-frontend timings grow with the square of the sequence); the 16-bit backward and Hopper's FP8 one do.
+    Costed as the check costs a measured call (the script's predicted_ms)."""
+    script = _script()
 
     def backward_s(chip_id: str, precision: str, window: int | None) -> float:
-        work = attention_work(1, 64, 8, 8192, 8192, 64, 64, window=window, windowed_fraction=1.0 if window else 0.0)
-        graph = OpGraph()
-        graph.add(Op("core_attention", "attention", flops=work.flops, exponentials=work.exponentials,
-                     bytes_moved=work.qkv_bytes + work.out_bytes, shape=work.shape, precision=precision))
-        chip = load_chip(chip_id)
-        return attention_time(backward_of(graph).ops[0], chip, efficiency_for(chip))
+        return script.predicted_ms({"chip": chip_id, "batch": "1", "q_heads": "64", "kv_heads": "8", "q_len": "8192",
+                                    "kv_len": "8192", "qk_dim": "64", "v_dim": "64", "window": str(window or ""),
+                                    "mask": "causal", "dtype": precision, "pass": "bwd"})
 
     full = backward_s("gb200", "fp8", None)
     assert backward_s("gb200", "fp8", 128) == pytest.approx(full, rel=0.02)

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
-from conftest import validation_script
-
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import report_as_committed, validation_script
 
 
 def _script():
@@ -37,7 +34,5 @@ def test_bus_bandwidth_of_a_large_node_wide_all_gather_is_a_fraction_of_the_link
 
 
 def test_report_is_the_scripts_own(tmp_path, monkeypatch):
-    script = _script()
-    monkeypatch.setattr(script, "REPORT", tmp_path / "COLLECTIVE_KERNELS.md")
-    script.main()
-    assert (tmp_path / "COLLECTIVE_KERNELS.md").read_text() == (ROOT / "validation" / "COLLECTIVE_KERNELS.md").read_text()
+    written, committed = report_as_committed(_script(), tmp_path, monkeypatch)
+    assert written == committed

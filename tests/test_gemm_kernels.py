@@ -4,13 +4,10 @@ reduction-length constant the catalog takes from it, and the report."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
-from conftest import validation_script
+from conftest import report_as_committed, validation_script
 from windtunnel.cost.efficiency import efficiency_for
 from windtunnel.specs.hardware import load_chip
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _script():
@@ -51,7 +48,5 @@ def test_a_short_reduction_runs_slower_per_flop_than_a_long_one():
 
 
 def test_report_is_the_scripts_own(tmp_path, monkeypatch):
-    script = _script()
-    monkeypatch.setattr(script, "REPORT", tmp_path / "GEMM_KERNELS.md")
-    script.main()
-    assert (tmp_path / "GEMM_KERNELS.md").read_text() == (ROOT / "validation" / "GEMM_KERNELS.md").read_text()
+    written, committed = report_as_committed(_script(), tmp_path, monkeypatch)
+    assert written == committed

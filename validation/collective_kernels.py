@@ -23,6 +23,7 @@ reduce-scatter's and all-to-all's algorithm bandwidth x (n - 1) / n, the all-red
 from __future__ import annotations
 
 import csv
+import functools
 import statistics
 from collections import defaultdict
 from pathlib import Path
@@ -49,15 +50,22 @@ def measured_s(row: dict) -> float:
     return int(row["buffer_bytes"]) / float(row["throughput_bytes_per_s"])
 
 
+@functools.cache
+def _setup(chip: str, devices: int):
+    """(cluster of ``devices``, its chip's efficiency profile): loaded once per chip and size, not per row."""
+    cluster = load_hardware(chip, devices)
+    return cluster, efficiency_for(cluster.chip)
+
+
 def _cluster(row: dict):
-    return load_hardware(row["chip"], int(row["group_size"]) * int(row["groups"]))
+    return _setup(row["chip"], int(row["group_size"]) * int(row["groups"]))[0]
 
 
 def predicted_s(row: dict) -> float:
     """The model's seconds for the row's collective over one group of consecutive devices."""
-    cluster = _cluster(row)
+    cluster, eff = _setup(row["chip"], int(row["group_size"]) * int(row["groups"]))
     group = place_group("group", int(row["group_size"]), 1, cluster)
-    return collective_time(row["collective"], float(row["buffer_bytes"]), group, cluster, efficiency_for(cluster.chip))
+    return collective_time(row["collective"], float(row["buffer_bytes"]), group, cluster, eff)
 
 
 def bus_fraction(row: dict, seconds: float) -> float:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import math
 import statistics
 from collections import defaultdict
@@ -59,10 +60,16 @@ def measured_s(row: dict) -> float:
     return flops(row) / float(row["flops_per_s"])
 
 
+@functools.cache
+def _profile(chip_id: str):
+    """(chip, its default efficiency profile): read once per chip, not once per row and grid value."""
+    chip = load_chip(chip_id)
+    return chip, efficiency_for(chip)
+
+
 def predicted_s(row: dict, k_half: float | None = None) -> float:
     """The model's seconds for the row's batched GEMM (``k_half``: instead of the catalog's)."""
-    chip = load_chip(row["chip"])
-    eff = efficiency_for(chip)
+    chip, eff = _profile(row["chip"])
     if k_half is not None:
         eff = dataclasses.replace(eff, k_half=float(k_half))
     return gemm_time(int(row["m"]), int(row["n"]), int(row["k"]), row["precision"], chip, eff,
@@ -81,7 +88,7 @@ def spread(rows: list[dict], k_half: float | None = None) -> float:
 
 
 def generation(row: dict) -> str:
-    return load_chip(row["chip"]).generation
+    return _profile(row["chip"])[0].generation
 
 
 def best_k_half(rows: list[dict]) -> dict[str, int]:
