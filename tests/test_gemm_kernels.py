@@ -50,3 +50,24 @@ def test_a_short_reduction_runs_slower_per_flop_than_a_long_one():
 def test_report_is_the_scripts_own(tmp_path, monkeypatch):
     written, committed = report_as_committed(_script(), tmp_path, monkeypatch)
     assert written == committed
+
+
+def test_jax_stack_fp8_ratio_is_the_tables_figure_and_sets_the_xla_familys_fp8_level():
+    """The jax stack's kernels.fp8_gemm_of_bf16 is the script's B200 plateau ratio; a MaxText FP8 plan runs its
+    GEMMs at the xla family's own BF16 fit times it, while PaxML (Transformer Engine's FP8) keeps the Megatron
+    family's FP8 fit, as a stack without the field does."""
+    from windtunnel.specs.stack import load_stack
+
+    script = _script()
+    ratio, shapes = script.fp8_of_bf16(script.read_rows())["b200"]
+    assert shapes >= 30 and 0.8 < ratio <= 1.0
+    assert load_stack("jax").kernels.fp8_gemm_of_bf16 == ratio
+    assert load_stack("paxml").kernels.fp8_gemm_of_bf16 is None
+    h100 = load_chip("h100-sxm")
+    xla_bf16 = efficiency_for(h100, family="xla").gemm_max["bf16"]
+    jax_fp8 = efficiency_for(h100, family="xla", fp8_of_bf16=ratio).gemm_max["fp8"]
+    assert jax_fp8 == round(xla_bf16 * ratio, 4)
+    assert efficiency_for(h100, family="xla").gemm_max["fp8"] == efficiency_for(h100).gemm_max["fp8"] != jax_fp8
+    # A family with an FP8 fit of its own keeps it: the ratio only fills a missing precision.
+    eager = efficiency_for(h100, family="pytorch-eager")
+    assert efficiency_for(h100, family="pytorch-eager", fp8_of_bf16=ratio).gemm_max["fp8"] == eager.gemm_max["fp8"]

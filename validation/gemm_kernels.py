@@ -21,6 +21,13 @@ of the grid K_HALF_GRID whose log2(model / measured), each (chip, precision)'s m
 mean square over the kept shapes of at least 2^28 FLOPs (the smaller ones are launch-bound, which kernel_overhead_s models). The
 catalog's generations.<generation>.gemm.k_half carries it (catalog/efficiency.yaml), and a test checks that it is
 this script's choice.
+
+What the table says of XLA's FP8. The B200 table measures the same shapes in BF16 and FP8 through XLA's own
+cuBLASLt calls, so it gives the ratio of the two precisions' fractions of their peaks. A level is a plateau, so the
+ratio is taken over the shapes of at least 2^36 FLOPs (the table's largest tenth, nearest a training step's GEMMs,
+which run 2^40 and more): the median over those shapes of (FP8 FLOP/s / FP8 peak) / (BF16 FLOP/s / BF16 peak). The
+jax stack (MaxText's native FP8: XLA rewrites the dots into cuBLASLt FP8 calls) carries it as
+kernels.fp8_gemm_of_bf16, and a test checks that it is this script's figure.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ REPORT = HERE / "GEMM_KERNELS.md"
 SOURCE = "openxla/xla xla/service/gpu/model/matmul_interpolator_data.h (commit e97611c4c4, 2026-02-13)"
 K_HALF_GRID = (0, 32, 64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)
 MIN_FLOPS = 2 ** 28  # below this the table's shapes are launch-bound (microseconds)
+PLATEAU_FLOPS = 2 ** 36  # the shapes whose fraction of peak stands for a precision's level
 
 
 def read_rows(path: Path = DATA) -> list[dict]:
@@ -100,6 +108,22 @@ def best_k_half(rows: list[dict]) -> dict[str, int]:
             for gen, items in sorted(by.items())}
 
 
+def fp8_of_bf16(rows: list[dict]) -> dict[str, tuple[float, int]]:
+    """Per chip measured in both precisions: (median over its shapes of at least PLATEAU_FLOPS of the FP8
+    fraction of the FP8 peak per the BF16 fraction of the BF16 peak, number of shapes)."""
+    rates: dict[tuple[str, tuple], dict[str, float]] = defaultdict(dict)
+    for row in rows:
+        if flops(row) >= PLATEAU_FLOPS:
+            chip = _profile(row["chip"])[0]
+            shape = (row["b"], row["m"], row["n"], row["k"])
+            rates[(row["chip"], shape)][row["precision"]] = float(row["flops_per_s"]) / chip.peak(row["precision"])
+    ratios: dict[str, list[float]] = defaultdict(list)
+    for (chip_id, _), by_precision in rates.items():
+        if {"bf16", "fp8"} <= set(by_precision):
+            ratios[chip_id].append(by_precision["fp8"] / by_precision["bf16"])
+    return {chip_id: (round(statistics.median(values), 3), len(values)) for chip_id, values in sorted(ratios.items())}
+
+
 def main() -> None:
     rows = read_rows()
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
@@ -136,7 +160,15 @@ def main() -> None:
                      f"{statistics.median(abs(math.log2(r / centre)) for _, r in big):.2f} | "
                      + " / ".join(f"{statistics.median(by_k[k]):.2f}" for k in sorted(by_k)) + " |")
     lines += ["", "A ratio column above is relative to the (chip, precision)'s own median, so it shows the shape of "
-              "the curve only; below 1 at short k means the measured kernels lose more there than the model does.", ""]
+              "the curve only; below 1 at short k means the measured kernels lose more there than the model does.", "",
+              "## XLA's FP8 GEMMs against its BF16 ones", "",
+              f"Median over the shapes of at least 2^{int(math.log2(PLATEAU_FLOPS))} FLOPs of (FP8 fraction of the FP8 "
+              "peak) / (BF16 fraction of the BF16 peak), same shape (the jax stack's kernels.fp8_gemm_of_bf16):", "",
+              "| chip | shapes | FP8 fraction / BF16 fraction |", "|---|---|---|"]
+    for chip_id, (ratio, count) in fp8_of_bf16(rows).items():
+        lines.append(f"| {chip_id} | {count} | {ratio:.3f} |")
+    lines += ["", "Smaller shapes lose more in FP8 than in BF16 (their kernels finish in half the time, so the fixed "
+              "costs weigh twice); the model's wave padding, k_half and launch overhead stand for that.", ""]
     write_atomic(REPORT, "\n".join(lines).rstrip("\n") + "\n")
 
 

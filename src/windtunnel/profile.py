@@ -294,7 +294,11 @@ def prior_value(chip_id: str, name: str, stack: str | None = None, *, fitted: di
     if name not in PARAMETERS:
         raise WindtunnelError(f"Parameter '{name}' is not fittable; valid: {', '.join(sorted(PARAMETERS))}.",
                               field="parameters")
-    return profile_value(profile_dict(load_chip(chip_id), fitted_override=fitted, family=_family(stack)), name)
+    from windtunnel.specs.stack import load_stack
+
+    ratio = load_stack(stack).kernels.fp8_gemm_of_bf16 if stack else None
+    return profile_value(profile_dict(load_chip(chip_id), fitted_override=fitted, family=_family(stack),
+                                      fp8_of_bf16=ratio), name)
 
 
 def overlay(fitted: dict, chip_id: str, values: dict[str, float], stack: str | None = None) -> dict:

@@ -80,10 +80,14 @@ class Efficiency:
         return self.attention_bwd if backward else self.attention_fwd
 
 
-def profile_dict(chip: Chip, fitted_override: dict | None = None, family: str = "") -> dict[str, Any]:
+def profile_dict(chip: Chip, fitted_override: dict | None = None, family: str = "",
+                 fp8_of_bf16: float | None = None) -> dict[str, Any]:
     """The merged raw profile for ``chip`` (defaults <- generation <- chip <- fitted), then, for a stack
     whose calibration ``family`` has fits of its own (kernels a stack family runs, e.g. eager PyTorch's
-    cuBLAS calls vs Transformer Engine's), that family's generation and chip fits."""
+    cuBLAS calls vs Transformer Engine's), that family's generation and chip fits.
+
+    ``fp8_of_bf16`` (stack kernels.fp8_gemm_of_bf16): where the family fitted its 16-bit GEMMs on this chip
+    but not its FP8 ones, FP8 runs at that fit times this ratio instead of the default family's FP8 fit."""
     priors = _priors()
     profile = deep_merge(priors.get("defaults", {}), (priors.get("generations") or {}).get(chip.generation, {}))
     profile = deep_merge(profile, (priors.get("chips") or {}).get(chip.id, {}))
@@ -100,8 +104,15 @@ def profile_dict(chip: Chip, fitted_override: dict | None = None, family: str = 
             if precision not in fitted_precisions:
                 gemm[precision] = round(float(gemm[precision]) * factor, 4)
     own = ((fitted.get("families") or {}).get(family) or {}) if family else {}
-    profile = deep_merge(profile, (own.get("generations") or {}).get(chip.generation, {}))
-    return deep_merge(profile, (own.get("chips") or {}).get(chip.id, {}))
+    own_generation = (own.get("generations") or {}).get(chip.generation, {})
+    own_chip = (own.get("chips") or {}).get(chip.id, {})
+    profile = deep_merge(deep_merge(profile, own_generation), own_chip)
+    own_gemm = {**_gemm_fit(own_generation), **_gemm_fit(own_chip)}
+    if fp8_of_bf16 is not None and "bf16" in own_gemm and "fp8" not in own_gemm:
+        # The family's own kernels in the other precision, at the ratio measured on them, rather than
+        # another family's FP8 fit (which carries that family's casts and kernels).
+        profile["gemm"]["max_efficiency"]["fp8"] = round(float(own_gemm["bf16"]) * fp8_of_bf16, 4)
+    return profile
 
 
 def _gemm_fit(fit: dict) -> dict:
@@ -137,18 +148,19 @@ def _sustained_factor(chip: Chip, fitted: dict) -> float:
 
 
 def efficiency_for(chip: Chip, fitted_override: dict | None = None, family: str = "",
-                   fp8_recipe: str = "tensor") -> Efficiency:
+                   fp8_recipe: str = "tensor", fp8_of_bf16: float | None = None) -> Efficiency:
     """The efficiency profile of ``chip`` as a stack of calibration ``family`` runs it, with FP8 scaled by
-    ``fp8_recipe`` (:meth:`Efficiency.for_fp8_recipe`; 'mx' needs a chip with block-scaled FP8)."""
+    ``fp8_recipe`` (:meth:`Efficiency.for_fp8_recipe`; 'mx' needs a chip with block-scaled FP8) and, where the
+    family has no FP8 fit of its own, FP8 GEMMs at ``fp8_of_bf16`` of its 16-bit fit (:func:`profile_dict`)."""
     if fp8_recipe == "mx" and not chip.block_scaled_fp8:
         raise WindtunnelError(f"Plan field 'fp8_recipe' is 'mx' (MXFP8 block scaling), but chip '{chip.id}' has no "
                               "block-scaled FP8 tensor cores in the catalog (chips.yaml block_scaled_fp8); use "
                               "fp8_recipe=tensor, or a chip that has them (Blackwell).", field="fp8_recipe")
-    return _efficiency_for(chip, fitted_override, family).for_fp8_recipe(fp8_recipe)
+    return _efficiency_for(chip, fitted_override, family, fp8_of_bf16).for_fp8_recipe(fp8_recipe)
 
 
-def _efficiency_for(chip: Chip, fitted_override: dict | None, family: str) -> Efficiency:
-    p = profile_dict(chip, fitted_override, family)
+def _efficiency_for(chip: Chip, fitted_override: dict | None, family: str, fp8_of_bf16: float | None) -> Efficiency:
+    p = profile_dict(chip, fitted_override, family, fp8_of_bf16)
     gemm, attention, comm = p["gemm"], p["attention"], p["comm"]
     return Efficiency(
         gemm_max={k: float(v) for k, v in gemm["max_efficiency"].items()},

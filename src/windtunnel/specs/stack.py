@@ -75,6 +75,11 @@ class Kernels(_Frozen):
     # and torchao's current-scaling casts do) or 'fused' (a compiler folds the scale-and-convert into the kernel
     # that produces the operand: XLA with delayed scaling, whose scale is known before the producer runs).
     fp8_cast: Literal["separate", "fused"] = "separate"
+    # Where the stack's calibration family has a 16-bit GEMM fit on a chip but none in FP8, the FP8 GEMMs run at
+    # this fraction of that fit (FP8 fraction of the FP8 peak per 16-bit fraction of the 16-bit peak, measured on
+    # the stack's own GEMM kernels). None: they run at the default family's FP8 fit (Transformer Engine's FP8, as
+    # Megatron runs it), which is what a stack whose FP8 GEMMs are Transformer Engine's does.
+    fp8_gemm_of_bf16: float | None = Field(default=None, gt=0, le=1.5)
     # The sequential loop's costs beyond the experts' GEMMs, in passes over the permuted tokens
     # (16-bit, rows x hidden) and eager ops: forward (zeros for the output, each expert's output
     # copied into its slice); backward per expert (autograd's CopySlices copies the whole output

@@ -77,6 +77,12 @@ def step_assumptions(job: Any, builder: Any) -> list[str]:
                    "FP8 GEMMs quantise each 16-bit activation operand in a cast kernel of its own "
                    "(reads 2 bytes, writes 1 per element)")
         out[-1] += " (stack kernels.fp8_cast)"
+        ratio = builder.stack.kernels.fp8_gemm_of_bf16
+        if ratio is not None:
+            out.append(f"FP8 GEMM level {builder.eff.gemm_max['fp8']:.3f} of peak before padding and short "
+                       f"reductions: where the stack's calibration family fitted 16 bits only on this chip, that fit x "
+                       f"{ratio:g} (the ratio measured on its own kernels, stack kernels.fp8_gemm_of_bf16), else the "
+                       "default family's FP8 fit")
     if model.moe:
         out.append(f"MoE load imbalance factor {job.moe_imbalance:.2f} on the busiest expert rank (its expert GEMMs "
                    "and all-to-all)" if plan.ep > 1 else

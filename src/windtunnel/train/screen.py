@@ -86,8 +86,9 @@ class Screen:
         self.space = space
         from windtunnel.specs.stack import load_stack
 
-        self.eff = efficiency_for(space.cluster.chip, space.fitted_override,
-                                  family=load_stack(space.framework).calibration_family, fp8_recipe=space.fp8_recipe)
+        stack = load_stack(space.framework)
+        self.eff = efficiency_for(space.cluster.chip, space.fitted_override, family=stack.calibration_family,
+                                  fp8_recipe=space.fp8_recipe, fp8_of_bf16=stack.kernels.fp8_gemm_of_bf16)
         self.ids: dict[ShardKey, int] = {}
         self.table: dict[str, list[float]] = {}
         self._groups: dict[tuple, tuple] = {}

@@ -105,7 +105,8 @@ class _StepBuilder(ChunkCosting, PipelinePlay):
         self.chip = cluster.chip
         self.chip.peak(plan.precision)  # clear error if the chip lacks this precision
         self.placement: Placement = place_plan(plan, cluster)
-        self.eff = efficiency_for(self.chip, job.fitted_override, stack.calibration_family, plan.fp8_recipe)
+        self.eff = efficiency_for(self.chip, job.fitted_override, stack.calibration_family, plan.fp8_recipe,
+                                  stack.kernels.fp8_gemm_of_bf16)
         self.states = StateBytes.of(plan.grads, plan.moments)
         check_host(plan, self.chip)  # offloading needs the chip's host link and memory in the catalog
         self.schedule = plan.pipeline_schedule
