@@ -53,16 +53,17 @@ def test_report_is_the_scripts_own(tmp_path, monkeypatch):
 
 
 def test_jax_stack_fp8_ratio_is_the_tables_figure_and_sets_the_xla_familys_fp8_level():
-    """The jax stack's kernels.fp8_gemm_of_bf16 is the script's B200 plateau ratio; a MaxText FP8 plan runs its
-    GEMMs at the xla family's own BF16 fit times it, while PaxML (Transformer Engine's FP8) keeps the Megatron
-    family's FP8 fit, as a stack without the field does."""
+    """The jax stack's kernels.fp8_gemm_of_bf16 is the script's B200 plateau ratio (PaxML inherits it: its TE
+    layers issue FP8 GEMMs as XLA dots); an XLA-family FP8 plan runs its GEMMs at the family's own BF16 fit times
+    it, while a Megatron-family stack keeps the Megatron family's FP8 fit."""
     from windtunnel.specs.stack import load_stack
 
     script = _script()
     ratio, shapes = script.fp8_of_bf16(script.read_rows())["b200"]
     assert shapes >= 30 and 0.8 < ratio <= 1.0
     assert load_stack("jax").kernels.fp8_gemm_of_bf16 == ratio
-    assert load_stack("paxml").kernels.fp8_gemm_of_bf16 is None
+    assert load_stack("paxml").kernels.fp8_gemm_of_bf16 == ratio
+    assert load_stack("megatron").kernels.fp8_gemm_of_bf16 is None
     h100 = load_chip("h100-sxm")
     xla_bf16 = efficiency_for(h100, family="xla").gemm_max["bf16"]
     jax_fp8 = efficiency_for(h100, family="xla", fp8_of_bf16=ratio).gemm_max["fp8"]
