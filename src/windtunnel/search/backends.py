@@ -8,14 +8,10 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from windtunnel.specs.errors import WindtunnelError
-
-# Seconds a closing or terminated pool gets before its remaining workers are killed (and as long again after).
-STOP_WAIT_S = 3.0
 
 
 def quiet_worker() -> None:
@@ -58,36 +54,16 @@ class LocalBackend:
 
     def terminate(self) -> None:
         """Stop the workers at once (an interrupted search): no join on work that is no longer wanted."""
-        self._stop(graceful=False)
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool.join()
+            self._pool = None
 
     def close(self) -> None:
-        self._stop(graceful=True)
-
-    def _stop(self, graceful: bool) -> None:
-        """Close (let the workers finish) or terminate the pool, waiting at most STOP_WAIT_S; then kill the workers
-        that are left and wait as long again. A worker can outlive SIGTERM: a process forked while another thread
-        of the parent held a lock (the progress ticker writing to stderr) may block in that lock before its
-        initializer resets SIGTERM, and Pool.join would then wait for it forever."""
-        if self._pool is None:
-            return
-        pool, self._pool = self._pool, None
-        workers = list(getattr(pool, "_pool", ()))
-
-        def stop() -> None:
-            if graceful:
-                pool.close()
-            else:
-                pool.terminate()
-            pool.join()
-
-        stopper = threading.Thread(target=stop, daemon=True)
-        stopper.start()
-        stopper.join(STOP_WAIT_S)
-        if stopper.is_alive():
-            for worker in workers:
-                if worker.exitcode is None:
-                    worker.kill()
-            stopper.join(STOP_WAIT_S)
+        if self._pool is not None:
+            self._pool.close()
+            self._pool.join()
+            self._pool = None
 
 
 def _apply(function: Callable, item: Any) -> Any:
