@@ -26,9 +26,12 @@ def _session_processes(sid: int) -> list[str]:
 
 @pytest.mark.parametrize("how", ["sigint-group", "sigterm-parent"])
 def test_interrupted_search_stops_its_workers_quietly(tmp_path, how):
+    # The search starts as from a terminal, with SIGINT at its default: a test run launched as a background job of
+    # a non-interactive shell inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler.
     proc = subprocess.Popen([sys.executable, "-m", "windtunnel.cli", *SEARCH], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, cwd=tmp_path, start_new_session=True,
-                            env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+                            env={**os.environ, "PYTHONPATH": str(REPO / "src")},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lines: list[str] = []
     refining = threading.Event()
 
