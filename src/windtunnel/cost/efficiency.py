@@ -159,6 +159,13 @@ def efficiency_for(chip: Chip, fitted_override: dict | None = None, family: str 
     return _efficiency_for(chip, fitted_override, family, fp8_of_bf16).for_fp8_recipe(fp8_recipe)
 
 
+def stack_efficiency(chip: Chip, stack: Any, fitted_override: dict | None = None,
+                     fp8_recipe: str = "tensor") -> Efficiency:
+    """:func:`efficiency_for` as ``stack`` (specs.stack.Stack) runs ``chip``: its calibration family's fits and its
+    FP8 GEMM ratio (kernels.fp8_gemm_of_bf16)."""
+    return efficiency_for(chip, fitted_override, stack.calibration_family, fp8_recipe, stack.kernels.fp8_gemm_of_bf16)
+
+
 def _efficiency_for(chip: Chip, fitted_override: dict | None, family: str, fp8_of_bf16: float | None) -> Efficiency:
     p = profile_dict(chip, fitted_override, family, fp8_of_bf16)
     gemm, attention, comm = p["gemm"], p["attention"], p["comm"]

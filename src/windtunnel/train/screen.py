@@ -81,14 +81,13 @@ class Screen:
     """
 
     def __init__(self, space: SearchSpace) -> None:
-        from windtunnel.cost.efficiency import efficiency_for
+        from windtunnel.cost.efficiency import stack_efficiency
 
         self.space = space
         from windtunnel.specs.stack import load_stack
 
-        stack = load_stack(space.framework)
-        self.eff = efficiency_for(space.cluster.chip, space.fitted_override, family=stack.calibration_family,
-                                  fp8_recipe=space.fp8_recipe, fp8_of_bf16=stack.kernels.fp8_gemm_of_bf16)
+        self.eff = stack_efficiency(space.cluster.chip, load_stack(space.framework), space.fitted_override,
+                                    space.fp8_recipe)
         self.ids: dict[ShardKey, int] = {}
         self.table: dict[str, list[float]] = {}
         self._groups: dict[tuple, tuple] = {}

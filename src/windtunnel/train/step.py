@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from windtunnel.cost.efficiency import efficiency_for
+from windtunnel.cost.efficiency import stack_efficiency
 from windtunnel.graph.dag import DagModel
 from windtunnel.graph.ops import OpGraph, backward_of
 from windtunnel.graph.transformer import (
@@ -105,8 +105,7 @@ class _StepBuilder(ChunkCosting, PipelinePlay):
         self.chip = cluster.chip
         self.chip.peak(plan.precision)  # clear error if the chip lacks this precision
         self.placement: Placement = place_plan(plan, cluster)
-        self.eff = efficiency_for(self.chip, job.fitted_override, stack.calibration_family, plan.fp8_recipe,
-                                  stack.kernels.fp8_gemm_of_bf16)
+        self.eff = stack_efficiency(self.chip, stack, job.fitted_override, plan.fp8_recipe)
         self.states = StateBytes.of(plan.grads, plan.moments)
         check_host(plan, self.chip)  # offloading needs the chip's host link and memory in the catalog
         self.schedule = plan.pipeline_schedule
