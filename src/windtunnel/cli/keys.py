@@ -48,6 +48,7 @@ PLAN_KEYS = {
     "reuse_fp32_param": "fp32 master weights kept as bf16 weights + 16-bit residual (MindSpeed)",
     "swap_optimizer": "optimizer states kept in host memory outside the optimizer step (MindSpeed)",
     "offload_optimizer": "share (0..1) of the optimizer states in host memory, stepped on the CPU (ZeRO-Offload)",
+    "checkpoint_in_cpu": "full recomputation's layer checkpoints in host memory (DeepSpeed cpu_checkpointing)",
     "act_fp8_store": "SwiGLU inputs kept in FP8 for the backward (Megatron --activation-func-fp8-input-store)",
     "fp8_attention": "attention's matmuls in FP8 (Megatron --fp8-dot-product-attention)",
     "fp8_dispatch": "MoE dispatch all-to-all in FP8 (DeepSeek-V3; off: 16-bit tokens, as Megatron-Core sends them)",

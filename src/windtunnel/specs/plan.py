@@ -109,6 +109,10 @@ class Plan(BaseModel):
     # Share (0..1) of the optimizer states in host memory, stepped by the CPU (DeepSpeed offload_optimizer
     # device cpu, ZeRO-Offload; Megatron-Core --optimizer-offload-fraction): train/offload_optimizer.py.
     offload_optimizer: float = Field(default=0.0, ge=0.0, le=1.0)
+    # CPU checkpointing (DeepSpeed activation_checkpointing.cpu_checkpointing, Megatron-DeepSpeed
+    # --checkpoint-in-cpu): with full recomputation, every layer's checkpointed input lives in host memory
+    # between its forward and its recomputation; how it travels is the stack's (memory.cpu_checkpointing).
+    checkpoint_in_cpu: bool = False
     # The input of a SwiGLU activation kept in FP8 for its backward, cast back to 16 bits there
     # (Megatron-Core --activation-func-fp8-input-store, TransformerConfig.activation_func_fp8_input_store;
     # DeepSeek-V3 report Sec. 3.3.2 caches the MoE SwiGLU inputs in FP8 and recomputes their output).
@@ -256,7 +260,8 @@ class Plan(BaseModel):
 
 
 _BOOLS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False, "on": True, "off": False}
-_SET_FLAGS = ("reuse_fp32_param", "swap_optimizer", "act_fp8_store", "fp8_attention", "fp8_dispatch")  # off by default: printed when on
+_SET_FLAGS = ("reuse_fp32_param", "swap_optimizer", "act_fp8_store", "fp8_attention", "fp8_dispatch",
+              "checkpoint_in_cpu")  # off by default: printed when on
 _DP_OVERLAP = ("overlap_grad_reduce", "overlap_param_gather")  # on by default: printed when off
 _LOWERCASE = ("recompute", "schedule", "precision", "dispatcher", "cuda_graphs", "order", "recompute_modules",
               "grads", "moments", "offload_modules", "cp_algo", "expert_gemm", "grad_accum_fusion",

@@ -138,12 +138,24 @@ def check_precision(plan: Plan) -> None:
 
 
 def check_offload(plan: Plan, layers: int) -> Plan:
-    """Megatron's rules for activation offloading; an unstated recompute mode becomes none."""
-    if not plan.offload_layers:
-        return plan
-
+    """Megatron's rules for activation offloading (an unstated recompute mode becomes none) and
+    DeepSpeed's for CPU checkpointing (it moves the checkpoints of full recomputation)."""
     def fail(field: str, message: str) -> None:
         raise WindtunnelError(message, field=field)
+
+    if plan.checkpoint_in_cpu:
+        if "recompute" not in plan.model_fields_set:
+            plan = plan.model_copy(update={"recompute": "full"})
+        if plan.recompute != "full" or plan.recompute_layers >= 0:
+            fail("checkpoint_in_cpu", "Plan field 'checkpoint_in_cpu' is true, but it moves the checkpointed layer "
+                 f"inputs of full recomputation and the plan has recompute={plan.recompute}"
+                 + (f":{plan.recompute_layers}" if plan.recompute_layers >= 0 else "")
+                 + "; use recompute=full (every layer) or checkpoint_in_cpu=false.")
+        if plan.offload_layers:
+            fail("checkpoint_in_cpu", "Plan fields 'checkpoint_in_cpu' and 'offload_layers' both move activations "
+                 "to host memory (DeepSpeed's checkpoints, Megatron's layers); give one of them.")
+    if not plan.offload_layers:
+        return plan
 
     if plan.offload_layers >= layers:
         fail("offload_layers", f"Plan field 'offload_layers' is {plan.offload_layers}; the model has {layers} layers "
@@ -180,6 +192,7 @@ PLAN_FIELD_ALIASES = {
     "gradient_accumulation_fusion": "grad_accum_fusion", "gradient-accumulation-fusion": "grad_accum_fusion",
     "overlap-grad-reduce": "overlap_grad_reduce", "overlap-param-gather": "overlap_param_gather",
     "cp_comm_type": "cp_algo", "context_parallel_algo": "cp_algo", "context-parallel-algo": "cp_algo", "cp-algo": "cp_algo",
+    "checkpoint-in-cpu": "checkpoint_in_cpu", "cpu_checkpointing": "checkpoint_in_cpu",
     "cpu_offloading_num_layers": "offload_layers", "offload": "offload_layers", "offload-layers": "offload_layers",
     "mtp_num_layers": "mtp", "mtp_layers": "mtp", "mtp-num-layers": "mtp",
     "hsdp": "dp_shard", "data_parallel_shard_degree": "dp_shard", "dp-shard": "dp_shard", "fsdp_shard": "dp_shard",

@@ -261,6 +261,11 @@ class Memory(_Frozen):
     # issues the backward's kernels) waits for that bucket's reduce-scatter and the copy before going on:
     # the reduce-scatters no longer hide under the backward (played by train/zero3_stream.py).
     optimizer_offload_blocking_copy: bool = False
+    # CPU checkpointing (plan checkpoint_in_cpu): how the stack moves the checkpointed inputs of fully
+    # recomputed layers to host memory and back. 'none': it cannot; 'blocking': a synchronous copy on the
+    # compute stream each way (DeepSpeed's CheckpointFunction: ``.to('cpu')`` before the layer's forward,
+    # back to the device before its recomputation), so the host waits for the device at every layer.
+    cpu_checkpointing: Literal["none", "blocking"] = "none"
 
 
 class Stack(_Frozen):

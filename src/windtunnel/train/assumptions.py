@@ -114,6 +114,12 @@ def step_assumptions(job: Any, builder: Any) -> list[str]:
                    f"memory at {chip.host_link_bandwidth * builder.eff.host_link / 1e9:.0f} GB/s each way "
                    f"({chip.host_memory_bytes / 1e9:.0f} GB of host memory per device), each copy beside the next "
                    "layer's forward or backward; one layer stays staged on the device")
+    if plan.checkpoint_in_cpu:
+        chip = builder.chip
+        out.append(f"CPU checkpointing: every layer's checkpointed input waits in host memory between its forward and "
+                   f"its recomputation, copied at {chip.host_link_bandwidth * builder.eff.host_link / 1e9:.0f} GB/s each "
+                   f"way ({chip.host_memory_bytes / 1e9:.0f} GB of host memory per device); the copies are "
+                   f"{builder.stack.memory.cpu_checkpointing} (on the compute stream, the host waiting for each)")
     if plan.act_fp8_store:
         out.append("SwiGLU inputs kept in FP8 for the backward (1 byte per element; the casts run inside the fused "
                    "SwiGLU kernels, no time charged)")

@@ -115,6 +115,15 @@ class ChunkCosting:
                 backward_piece = backward_piece + Played(back, {"offload": back})
                 chunk.offloaded_bytes += saved
                 staging = max(staging, saved)
+            elif self.plan.checkpoint_in_cpu and mode == "full" and kind in LAYER_KINDS:
+                # CPU checkpointing as the stack runs it ('blocking': DeepSpeed's synchronous copy on
+                # the compute stream, out before the layer's forward, back before its recomputation):
+                # each copy adds to its pass, nothing hides it. The checkpoint in transit is on the device.
+                copy = saved / (self.chip.host_link_bandwidth * self.eff.host_link)
+                forward_piece = forward_piece + Played(copy, {"offload": copy})
+                backward_piece = backward_piece + Played(copy, {"offload": copy})
+                chunk.offloaded_bytes += saved
+                staging = max(staging, saved)
             else:
                 activations += saved
             chunk.forward_pieces.append(forward_piece)

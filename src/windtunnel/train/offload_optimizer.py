@@ -30,6 +30,7 @@ COPY_BYTES_PER_PARAM = WEIGHT_BYTES  # 16-bit gradients down, 16-bit parameters 
 
 # Offloading plan fields -> the chip fields their costs need (the host link and memory; the CPU step's rate).
 _HOST_FIELDS = {"offload_layers": ("host_link_bandwidth", "host_memory_bytes"),
+                "checkpoint_in_cpu": ("host_link_bandwidth", "host_memory_bytes"),
                 "offload_optimizer": ("host_link_bandwidth", "host_memory_bytes", "host_memory_bandwidth")}
 
 
@@ -41,8 +42,8 @@ def check_host(plan, chip) -> None:
         missing = [name for name in needed if not getattr(chip, name)]
         if value and missing:
             raise WindtunnelError(
-                f"Plan field '{field}' is {value:g}, but chip '{chip.id}' has no {', '.join(missing)} in the "
-                f"catalog, so its copies over the host link cannot be costed; use {field}=0 or give the chip those fields "
+                f"Plan field '{field}' is {str(value).lower() if isinstance(value, bool) else f'{value:g}'}, but chip '{chip.id}' has no {', '.join(missing)} in the "
+                f"catalog, so its copies over the host link cannot be costed; use {field}={'false' if isinstance(value, bool) else 0} or give the chip those fields "
                 f"({', '.join(needed)}).", field=field)
 
 

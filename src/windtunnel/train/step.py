@@ -108,6 +108,12 @@ class _StepBuilder(ChunkCosting, PipelinePlay):
         self.eff = stack_efficiency(self.chip, stack, job.fitted_override, plan.fp8_recipe)
         self.states = StateBytes.of(plan.grads, plan.moments)
         check_host(plan, self.chip)  # offloading needs the chip's host link and memory in the catalog
+        if plan.checkpoint_in_cpu and stack.memory.cpu_checkpointing == "none":
+            raise WindtunnelError(
+                f"Plan field 'checkpoint_in_cpu' is true, but framework '{stack.id}' has no CPU checkpointing (its "
+                "stack's memory.cpu_checkpointing is 'none'); use a stack that has it (deepspeed, megatron-deepspeed), "
+                "offload_layers for Megatron's activation offloading, or checkpoint_in_cpu=false.",
+                field="checkpoint_in_cpu")
         self.schedule = plan.pipeline_schedule
         self.mtp = 0 if job.dag is not None else (model.mtp_layers if plan.mtp is None else plan.mtp)
         self.chosen_layout = ""  # the layout layout=balanced chose (stage_split)

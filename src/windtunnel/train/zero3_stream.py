@@ -146,14 +146,19 @@ def _kept(trace: list[_Entry], max_reuse: float) -> list[bool]:
 
 def play_step(layer: list[Submodule], layers: int, *, recompute: bool, gather: Callable[[float], float],
               reduce: Callable[[float], float], prefetch_bucket: float, max_live: float, max_reuse: float,
-              reduce_bucket: float, host_copy: Callable[[float], float] | None = None) -> StreamStep:
+              reduce_bucket: float, host_copy: Callable[[float], float] | None = None,
+              layer_sync_s: float | None = None) -> StreamStep:
     """Play one step of ``layers`` identical layers (``layer``: its submodules in forward order).
 
     ``gather(params)`` / ``reduce(params)``: seconds of one all-gather / reduce-scatter of that many
     parameters. ``host_copy(params)``: with optimizer CPU offload, seconds of the synchronous copy of a
     reduced bucket's gradient partition to host memory; the host waits for the bucket's reduce-scatter and
     that copy before it issues anything more (stage3.py ``__partition_grads``: ``fp32_grad_tensor.copy_``
-    without non_blocking, in the gradient hook). Returns the forward and backward wall times next to their
+    without non_blocking, in the gradient hook). ``layer_sync_s``: with CPU checkpointing, seconds of the
+    synchronous copy of a layer's checkpoint on the compute stream at the start of its forward (to the host)
+    and of its recomputation (back): the host waits for the compute stream and the copy before it fetches
+    the layer's parameters (DeepSpeed checkpointing.py ``CheckpointFunction``); the copy counts as compute,
+    so only the overlap the waits lose shows as exposed. Returns the forward and backward wall times next to their
     compute and transfer times.
     """
     trace = _trace(layer, layers, recompute)
@@ -189,6 +194,9 @@ def play_step(layer: list[Submodule], layers: int, *, recompute: bool, gather: C
         if entry.kind != "F" and trace[at - 1].kind == "F":
             forward_end, comm_at_forward_end = s.compute, s.comm_busy
         key, module = (entry.layer, entry.index), layer[entry.index]
+        if layer_sync_s is not None and entry.index == 0 and entry.kind != "B":
+            s.compute = max(s.compute, s.host) + layer_sync_s
+            s.host = s.compute
         ready = 0.0
         if entry.params > 0:
             # fetch_sub_module: gather what is missing and wait for it.
@@ -221,7 +229,8 @@ def play_step(layer: list[Submodule], layers: int, *, recompute: bool, gather: C
             available -= entry.params
     flush()
     end = max(s.compute, s.comm)
-    fwd_compute = layers * sum(m.fwd_s for m in layer)
-    bwd_compute = layers * sum(m.bwd_s + (m.fwd_s if recompute else 0.0) for m in layer)
+    copies = layers * (layer_sync_s or 0.0)
+    fwd_compute = layers * sum(m.fwd_s for m in layer) + copies
+    bwd_compute = layers * sum(m.bwd_s + (m.fwd_s if recompute else 0.0) for m in layer) + (copies if recompute else 0.0)
     return StreamStep(forward_end, end - forward_end, fwd_compute, bwd_compute,
                       comm_at_forward_end, s.comm_busy - comm_at_forward_end)
