@@ -115,11 +115,10 @@ class ChunkCosting:
                 backward_piece = backward_piece + Played(back, {"offload": back})
                 chunk.offloaded_bytes += saved
                 staging = max(staging, saved)
-            elif self.plan.checkpoint_in_cpu and mode == "full" and kind in LAYER_KINDS:
+            elif (copy := self.checkpoint_copy_s(kind, mode)) is not None:
                 # CPU checkpointing as the stack runs it ('blocking': DeepSpeed's synchronous copy on
                 # the compute stream, out before the layer's forward, back before its recomputation):
                 # each copy adds to its pass, nothing hides it. The checkpoint in transit is on the device.
-                copy = saved / (self.chip.host_link_bandwidth * self.eff.host_link)
                 forward_piece = forward_piece + Played(copy, {"offload": copy})
                 backward_piece = backward_piece + Played(copy, {"offload": copy})
                 chunk.offloaded_bytes += saved
@@ -150,6 +149,15 @@ class ChunkCosting:
             for kind, mode in zip(modules, modes, strict=True):
                 chunk.dgrad = chunk.dgrad + self.played(kind, f"dgrad-{mode}")
                 chunk.wgrad = chunk.wgrad + self.played(kind, f"wgrad-{mode}")
+
+    def checkpoint_copy_s(self, kind: str, mode: str) -> float | None:
+        """Seconds of one copy (either way) of a layer's checkpoint under the plan's CPU checkpointing: its
+        saved input at the chip's host link; None where the layer's checkpoint stays on the device."""
+        if not (self.plan.checkpoint_in_cpu and mode == "full" and kind in LAYER_KINDS):
+            return None
+        if (kind, mode) not in self._saved:
+            self._saved[(kind, mode)] = layer_saved_bytes(self, kind, mode)
+        return self._saved[(kind, mode)] / (self.chip.host_link_bandwidth * self.eff.host_link)
 
     def offloaded_modules(self, modules: list[str]) -> list[bool]:
         """Which of a chunk's modules have their activations offloaded: the first offload_layers

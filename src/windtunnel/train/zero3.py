@@ -199,12 +199,8 @@ def _play_stream(builder: Any, kind: str, mode: str):
         def host_copy(n: float) -> float:
             return n * share * WEIGHT_BYTES / link
 
-    layer_sync = None
-    if plan.checkpoint_in_cpu and recompute:
-        # The checkpoint's synchronous copy each way (the stack's 'blocking' CPU checkpointing).
-        from windtunnel.train.memory import layer_saved_bytes
-
-        layer_sync = layer_saved_bytes(builder, kind, mode) / (builder.chip.host_link_bandwidth * builder.eff.host_link)
+    # CPU checkpointing: the checkpoint's synchronous copy each way (the stack's 'blocking' kind).
+    layer_sync = builder.checkpoint_copy_s(kind, mode)
     played = play_step(layer, layers, recompute=recompute, gather=gather, reduce=reduce,
                        prefetch_bucket=sharding.prefetch_bucket_params,
                        max_live=sharding.max_live_params or float("inf"),
