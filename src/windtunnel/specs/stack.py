@@ -146,6 +146,11 @@ class Sharding(_Frozen):
     # them (a gather queued behind a reduce-scatter that waits for its gradient), played per submodule
     # by train/zero3_stream.py (needs fetch_unit 'module').
     collective_stream: Literal["separate", "shared"] = "separate"
+    # With 'shared': the CUDA stream priority of the collective kernels against the compute's. 'normal' (PyTorch
+    # ProcessGroupNCCL's default): the GPU dispatches a running compute kernel's remaining blocks before a
+    # collective that arrives meanwhile, so the collective starts when that kernel ends; 'high': it takes the
+    # first compute units that free up (counted as starting at once).
+    collective_priority: Literal["normal", "high"] = "normal"
     # With 'shared': per weight matrix of a dense layer (forward order), the module calls before it that
     # gather nothing but still run the coordinator's hooks, hence a prefetch (norms, dropouts, containers:
     # the model code's module tree); missing entries are 0.

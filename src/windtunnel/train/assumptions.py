@@ -120,6 +120,13 @@ def step_assumptions(job: Any, builder: Any) -> list[str]:
                    f"its recomputation, copied at {chip.host_link_bandwidth * builder.eff.host_link / 1e9:.0f} GB/s each "
                    f"way ({chip.host_memory_bytes / 1e9:.0f} GB of host memory per device); the copies are "
                    f"{builder.stack.memory.cpu_checkpointing} (on the compute stream, the host waiting for each)")
+    sharding = builder.stack.sharding
+    if plan.zero >= 3 and sharding.collective_stream == "shared":
+        out.append("ZeRO-3 played per weight matrix on one collective stream in issue order (the stack's sharding "
+                   "collective_stream 'shared'); the collectives run at "
+                   + ("the compute's stream priority: one that becomes ready while a compute kernel runs starts "
+                      "when that kernel ends" if sharding.collective_priority == "normal"
+                      else "high priority: each starts as soon as it is ready"))
     if plan.act_fp8_store:
         out.append("SwiGLU inputs kept in FP8 for the backward (1 byte per element; the casts run inside the fused "
                    "SwiGLU kernels, no time charged)")

@@ -206,6 +206,6 @@ def _play_stream(builder: Any, kind: str, mode: str):
                        max_live=sharding.max_live_params or float("inf"),
                        max_reuse=sharding.max_reuse_params,
                        reduce_bucket=sharding.reduce_bucket_params or float("inf"), host_copy=host_copy,
-                       layer_sync_s=layer_sync)
+                       layer_sync_s=layer_sync, wait_for_kernel=sharding.collective_priority == "normal")
     held = builder.comm_units / max(1, builder.coster.eff.compute_units)
     return played, layers, held

@@ -23,12 +23,19 @@ The rules follow the code (microsoft/DeepSpeed v0.6.2, commit 32d97976):
   for the compute stream when each gradient was added (``__add_grad_to_ipg_bucket``); the host blocks
   on the oldest reduce-scatter once more than two are outstanding (``__max_param_reduce_events = 2``);
   the epilogue flushes the last bucket and synchronizes.
+- GPU scheduling (stack ``sharding.collective_priority``): ProcessGroupNCCL's stream has the compute's
+  priority unless asked otherwise, and the GPU dispatches a running kernel's remaining blocks before a
+  kernel that arrives meanwhile at that priority; so a collective that becomes ready while a compute kernel
+  runs starts when that kernel ends. Beside compute-bound layers this hides; where transfers take about
+  as long as the compute it lands on the critical path.
 
 Times are seconds, sizes parameters. The host costs nothing except where it blocks.
 """
 
 from __future__ import annotations
 
+import bisect
+import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -84,35 +91,68 @@ class _Entry:
 
 
 class _Streams:
-    """The host clock, the compute stream and the collective stream, with the host's event throttles."""
+    """The host clock, the compute stream and the collective stream, with the host's event throttles.
 
-    def __init__(self, gather: Callable[[float], float], reduce: Callable[[float], float]) -> None:
+    Collectives are queued as handles and timed lazily, in stream order, when something waits for one:
+    by then every compute kernel that could be running when the collective becomes eligible has been
+    issued (a kernel issued later starts after the waiter, which starts after the collective ends). With
+    ``wait_for_kernel`` a collective that becomes eligible while a compute kernel runs starts when that
+    kernel ends: the GPU dispatches the running kernel's remaining blocks before those of a kernel that
+    arrives later at the same stream priority, so the collective finds no free compute units until then."""
+
+    def __init__(self, gather: Callable[[float], float], reduce: Callable[[float], float],
+                 wait_for_kernel: bool = False) -> None:
         self.gather, self.reduce = gather, reduce
-        self.host = self.compute = self.comm = 0.0
+        self.wait_for_kernel = wait_for_kernel
+        self.host = self.compute = 0.0
         self.comm_busy = 0.0
-        self.fetch_events: deque[float] = deque()
-        self.reduce_events: deque[float] = deque()
+        self.fetch_events: deque[int] = deque()
+        self.reduce_events: deque[int] = deque()
+        self._queued: list[tuple[float, float]] = []  # (seconds, not before) per collective, in stream order
+        self._ends: list[float] = []  # end times of the collectives timed so far
+        self._kernels: list[tuple[float, float]] = []  # compute kernels (start, end), in time order
 
-    def collective(self, seconds: float, ready: float = 0.0) -> float:
-        """Queue a collective behind everything on the stream, once issued and its input is ready."""
-        start = max(self.comm, self.host, ready)
-        self.comm = start + seconds
+    def collective(self, seconds: float, ready: float = 0.0) -> int:
+        """Queue a collective behind everything on the stream, once issued and its input is ready; returns
+        its handle (see :meth:`done`)."""
+        self._queued.append((seconds, max(self.host, ready)))
         self.comm_busy += seconds
-        return self.comm
+        return len(self._queued) - 1
 
-    def run(self, seconds: float, ready: float) -> float:
-        """Run a compute kernel after the previous one, its input transfer and its issue by the host."""
-        self.compute = max(self.compute, self.host, ready) + seconds
+    def done(self, handle: int) -> float:
+        """End time of collective ``handle``, timing it and those queued before it."""
+        while len(self._ends) <= handle:
+            seconds, not_before = self._queued[len(self._ends)]
+            start = max(self._ends[-1] if self._ends else 0.0, not_before)
+            if self.wait_for_kernel:
+                at = bisect.bisect_right(self._kernels, (start, math.inf)) - 1
+                if at >= 0 and self._kernels[at][0] < start < self._kernels[at][1]:
+                    start = self._kernels[at][1]
+            self._ends.append(start + seconds)
+        return self._ends[handle]
+
+    @property
+    def comm(self) -> float:
+        """End of the collective stream (times everything queued)."""
+        return self.done(len(self._queued) - 1) if self._queued else 0.0
+
+    def run(self, seconds: float, ready: float, kernels: int = 1) -> float:
+        """Run a compute submodule of ``kernels`` equal kernels after the previous one, its input transfer
+        and its issue by the host."""
+        begin = max(self.compute, self.host, ready)
+        self.compute = begin + seconds
+        if seconds > 0:
+            self._kernels += [(begin + seconds * k / kernels, begin + seconds * (k + 1) / kernels)
+                              for k in range(kernels)]
         return self.compute
 
-    @staticmethod
-    def throttle(events: deque[float], host: float, limit: int) -> float:
+    def throttle(self, events: deque[int], host: float, limit: int) -> float:
         """Host time after the throttle: completed events are dropped, then it waits for the oldest while
         more than ``limit`` remain."""
-        while events and events[0] <= host:
+        while events and self.done(events[0]) <= host:
             events.popleft()
         if len(events) > limit:
-            host = max(host, events.popleft())
+            host = max(host, self.done(events.popleft()))
         return host
 
 
@@ -147,7 +187,7 @@ def _kept(trace: list[_Entry], max_reuse: float) -> list[bool]:
 def play_step(layer: list[Submodule], layers: int, *, recompute: bool, gather: Callable[[float], float],
               reduce: Callable[[float], float], prefetch_bucket: float, max_live: float, max_reuse: float,
               reduce_bucket: float, host_copy: Callable[[float], float] | None = None,
-              layer_sync_s: float | None = None) -> StreamStep:
+              layer_sync_s: float | None = None, wait_for_kernel: bool = False) -> StreamStep:
     """Play one step of ``layers`` identical layers (``layer``: its submodules in forward order).
 
     ``gather(params)`` / ``reduce(params)``: seconds of one all-gather / reduce-scatter of that many
@@ -158,13 +198,16 @@ def play_step(layer: list[Submodule], layers: int, *, recompute: bool, gather: C
     synchronous copy of a layer's checkpoint on the compute stream at the start of its forward (to the host)
     and of its recomputation (back): the host waits for the compute stream and the copy before it fetches
     the layer's parameters (DeepSpeed checkpointing.py ``CheckpointFunction``); the copy counts as compute,
-    so only the overlap the waits lose shows as exposed. Returns the forward and backward wall times next to their
-    compute and transfer times.
+    so only the overlap the waits lose shows as exposed. ``wait_for_kernel``: the collectives run at the
+    compute's stream priority, so one that becomes ready while a compute kernel runs starts when that kernel
+    ends (see :class:`_Streams`); each submodule's forward is one kernel and its backward two (a linear's
+    input- and weight-gradient GEMMs). Returns the forward and backward wall times next to their compute
+    and transfer times.
     """
     trace = _trace(layer, layers, recompute)
     keeps = _kept(trace, max_reuse)
-    s = _Streams(gather, reduce)
-    gathered: dict[tuple[int, int], float] = {}  # submodule -> time its gather completes (absent: released)
+    s = _Streams(gather, reduce, wait_for_kernel)
+    gathered: dict[tuple[int, int], int] = {}  # submodule -> handle of its gather (absent: released)
     waited: set[tuple[int, int]] = set()
     available = 0.0
     queue = 0  # next trace position the prefetcher may pop
@@ -185,7 +228,7 @@ def play_step(layer: list[Submodule], layers: int, *, recompute: bool, gather: C
         reduced = s.collective(s.reduce(sum(bucket)), bucket_ready)
         s.reduce_events.append(reduced)
         if host_copy is not None:
-            s.host = max(s.host, reduced + host_copy(sum(bucket)))
+            s.host = max(s.host, s.done(reduced) + host_copy(sum(bucket)))
         bucket.clear()
 
     forward_end = 0.0
@@ -206,7 +249,7 @@ def play_step(layer: list[Submodule], layers: int, *, recompute: bool, gather: C
                 s.host = s.throttle(s.fetch_events, s.host, MAX_FETCH_EVENTS)
                 s.fetch_events.append(gathered[key])
                 waited.add(key)
-            ready = gathered[key]
+            ready = s.done(gathered[key])
         if module.hooked:
             # Then, on every hooked call, prefetch along the trace.
             queue = max(queue, at + 1)
@@ -217,7 +260,10 @@ def play_step(layer: list[Submodule], layers: int, *, recompute: bool, gather: C
                 popped += ahead.params
                 if ahead.params > 0 and (ahead.layer, ahead.index) not in gathered:
                     issue_gather((ahead.layer, ahead.index), ahead.params)
-        s.run(module.bwd_s if entry.kind == "B" else module.fwd_s, ready)
+        if entry.kind == "B":
+            s.run(module.bwd_s, ready, kernels=2)
+        else:
+            s.run(module.fwd_s, ready)
         if entry.kind == "B":
             for grad in module.grads:
                 if bucket and sum(bucket) + grad > reduce_bucket:

@@ -1,0 +1,100 @@
+"""Collectives at the compute's stream priority (stack sharding.collective_priority 'normal', DeepSpeed's
+ProcessGroupNCCL default): in the ZeRO-3 stream play (train/zero3_stream.py) a collective that becomes ready
+while a compute kernel runs starts when that kernel ends. Seconds; sizes in parameters."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import small_dense
+from windtunnel.specs.errors import WindtunnelError
+from windtunnel.specs.hardware import load_hardware
+from windtunnel.specs.plan import parse_plan
+from windtunnel.specs.stack import load_stack
+from windtunnel.train.step import TrainingJob, simulate
+from windtunnel.train.zero3_stream import Submodule, _Streams, play_step
+
+P = 1.0e8
+
+
+def _streams(wait: bool) -> _Streams:
+    return _Streams(lambda n: 0.0, lambda n: 0.0, wait_for_kernel=wait)
+
+
+@pytest.mark.parametrize("wait, end", [(True, 1.5), (False, 0.9)])
+def test_a_collective_ready_mid_kernel_starts_when_the_kernel_ends(wait, end):
+    s = _streams(wait)
+    s.run(1.0, 0.0)  # one kernel over [0, 1)
+    handle = s.collective(0.5, ready=0.4)
+    assert s.done(handle) == pytest.approx(end)
+
+
+def test_a_collective_ready_between_kernels_starts_at_once():
+    s = _streams(True)
+    s.run(1.0, 0.0)
+    s.run(1.0, 1.5)  # idle over [1, 1.5)
+    assert s.done(s.collective(0.5, ready=1.2)) == pytest.approx(1.7)
+    # A kernel split in two: the collective waits only for the half that runs when it is ready.
+    s = _streams(True)
+    s.run(2.0, 0.0, kernels=2)
+    assert s.done(s.collective(0.5, ready=0.2)) == pytest.approx(1.5)
+
+
+def test_a_kernel_issued_later_still_holds_back_a_queued_collective():
+    """The second gather is queued behind a long one; the host then issues compute that needs neither. When
+    the gather becomes ready (t = 2) that kernel runs, so the gather starts at its end (t = 3): collectives are
+    timed lazily, once every kernel that could run before them has been issued."""
+    s = _streams(True)
+    s.collective(2.0)
+    second = s.collective(1.0)
+    s.run(3.0, 0.0)
+    assert s.done(second) == pytest.approx(4.0)
+    assert s.comm == pytest.approx(4.0)
+
+
+def _total(wait: bool, gather: float) -> float:
+    """Wall seconds of a step of six layers of four submodules of unequal compute (forward 1.0, 0.3, 1.7
+    and 0.6 s, backward twice that), full recomputation, each weight gathered ``gather`` s and its gradient
+    reduce-scattered in 0.7 x that."""
+    layer = [Submodule(P, f, 2 * f, (P,)) for f in (1.0, 0.3, 1.7, 0.6)]
+    step = play_step(layer, 6, recompute=True, gather=lambda n: gather, reduce=lambda n: 0.7 * gather,
+                     prefetch_bucket=5e7, max_live=float("inf"), max_reuse=0.0, reduce_bucket=P,
+                     wait_for_kernel=wait)
+    return step.forward_s + step.backward_s
+
+
+def test_waiting_for_kernels_costs_most_where_transfers_match_compute():
+    """Compute-bound: the collectives find the compute busy but nothing waits for them. Transfer-bound: the
+    compute mostly waits for them, so they seldom find a kernel running. Between the two the waits land on
+    the critical path. Never shorter than with the collectives at high priority."""
+    growth = {g: _total(True, g) / _total(False, g) - 1 for g in (0.1, 0.3, 0.6, 0.9, 1.2, 2.0, 4.0)}
+    assert min(growth.values()) >= -1e-12
+    assert growth[0.1] == pytest.approx(0.0, abs=1e-12)
+    assert growth[0.9] > 0.1
+    assert growth[4.0] < 0.02
+    assert max(growth, key=growth.get) in (0.9, 1.2)
+
+
+def _job(stack, devices: int = 256, mbs: int = 4) -> TrainingJob:
+    return TrainingJob(model=small_dense(), cluster=load_hardware("a100-80g", devices),
+                       plan=parse_plan(f"tp=1,pp=1,dp={devices},mbs={mbs},recompute=full,zero=3"),
+                       seq_len=2048, global_batch=devices * mbs, framework=stack)
+
+
+def test_deepspeed_collectives_run_at_normal_priority_and_cost_time():
+    stack = load_stack("deepspeed")
+    assert stack.sharding.collective_priority == "normal"
+    assert "is_high_priority_stream" in stack.sources["collective_priority"]
+    high = stack.model_copy(update={"sharding": stack.sharding.model_copy(update={"collective_priority": "high"})})
+    normal_step, high_step = simulate(_job(stack)), simulate(_job(high))
+    assert normal_step.step_time_s > high_step.step_time_s
+    assert normal_step.breakdown["compute"] == pytest.approx(high_step.breakdown["compute"])
+
+
+def test_a_bad_priority_in_a_stack_file_names_the_field(tmp_path):
+    path = tmp_path / "my-deepspeed.yaml"
+    path.write_text("inherits: deepspeed\nsharding: {collective_priority: urgent}\n")
+    with pytest.raises(WindtunnelError) as caught:
+        load_stack(str(path))
+    text = str(caught.value)
+    assert "collective_priority" in text and "urgent" in text and "normal" in text and "high" in text
