@@ -4,6 +4,8 @@ while a compute kernel runs starts when that kernel ends. Seconds; sizes in para
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from conftest import small_dense
@@ -98,3 +100,14 @@ def test_a_bad_priority_in_a_stack_file_names_the_field(tmp_path):
         load_stack(str(path))
     text = str(caught.value)
     assert "collective_priority" in text and "urgent" in text and "normal" in text and "high" in text
+
+
+def test_the_assumptions_say_how_the_collectives_run_and_the_stacks_memory():
+    deepspeed = simulate(_job(load_stack("deepspeed"), devices=64, mbs=1))
+    assert any("ZeRO-3 played per weight matrix" in a and "starts when that kernel ends" in a
+               for a in deepspeed.assumptions)
+    assert any("10% allocator fragmentation" in a for a in deepspeed.assumptions)  # deepspeed memory.fragmentation
+    fsdp = simulate(_job(load_stack("pytorch-fsdp"), devices=64, mbs=1))
+    assert not any("ZeRO-3 played" in a for a in fsdp.assumptions)
+    jax = simulate(_job(load_stack("jax"), devices=64, mbs=1))
+    assert any(re.search(r"(?<!\d)0% allocator fragmentation", a) for a in jax.assumptions)  # no caching allocator

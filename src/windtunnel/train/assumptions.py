@@ -55,7 +55,8 @@ def step_assumptions(job: Any, builder: Any) -> list[str]:
            "gradient shards all-reduced across the replicas after each reduce-scatter)" if plan.dp_shard else "")
         + f"; Adam with fp32 master weights and {plan.moments} moments",
         f"memory: 16-bit weights, {builder.states.grads:.0f}-byte main gradients, {builder.states.optimizer:.0f} "
-        "bytes/param optimizer state; 2 GiB framework reserve; 5% allocator fragmentation on activations",
+        f"bytes/param optimizer state; {builder.stack.memory.reserve_bytes / 2**30:.3g} GiB framework reserve; "
+        f"{builder.stack.memory.fragmentation:.0%} allocator fragmentation on activations (stack memory fields)",
         "efficiencies from catalog/efficiency.yaml merged with catalog/calibration.yaml",
         f"host issues kernels {_graphs_text(plan.cuda_graphs)}: {builder.eff.host_op_s * 1e6:.1f} us per framework op, "
         f"{builder.eff.host_library_call_s * 1e6:.0f} us per per-expert GEMM call"
