@@ -111,3 +111,10 @@ def test_the_assumptions_say_how_the_collectives_run_and_the_stacks_memory():
     assert not any("ZeRO-3 played" in a for a in fsdp.assumptions)
     jax = simulate(_job(load_stack("jax"), devices=64, mbs=1))
     assert any(re.search(r"(?<!\d)0% allocator fragmentation", a) for a in jax.assumptions)  # no caching allocator
+
+
+def test_the_jax_stacks_run_their_collectives_at_high_priority():
+    for name in ("jax", "paxml"):
+        stack = load_stack(name)
+        assert stack.sharding.collective_priority == "high"
+        assert "highest_priority_async_stream" in stack.sources["collective_priority"]
