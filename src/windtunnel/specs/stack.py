@@ -151,6 +151,11 @@ class Sharding(_Frozen):
     # collective that arrives meanwhile, so the collective starts when that kernel ends; 'high': it takes the
     # first compute units that free up (counted as starting at once).
     collective_priority: Literal["normal", "high"] = "normal"
+    # With 'shared': each reduce bucket is divided by the data-parallel size in a pass of its own on the reduce
+    # stream before its reduce-scatter (DeepSpeed's pre-divide): a memory-bound kernel that holds the compute
+    # units while it runs and waits for the previous reduce-scatter; False: the averaging is folded into the
+    # reduction or into the kernel producing the gradient.
+    grad_predivide: bool = False
     # With 'shared': per weight matrix of a dense layer (forward order), the module calls before it that
     # gather nothing but still run the coordinator's hooks, hence a prefetch (norms, dropouts, containers:
     # the model code's module tree); missing entries are 0.

@@ -127,7 +127,10 @@ def step_assumptions(job: Any, builder: Any) -> list[str]:
                    "collective_stream 'shared'); the collectives run at "
                    + ("the compute's stream priority: one that becomes ready while a compute kernel runs starts "
                       "when that kernel ends" if sharding.collective_priority == "normal"
-                      else "high priority: each starts as soon as it is ready"))
+                      else "high priority: each starts as soon as it is ready")
+                   + ("; each reduce bucket is first divided by the data-parallel size in a pass of its own on the "
+                      "reduce stream (sharding grad_predivide), which holds the compute units"
+                      if sharding.grad_predivide else ""))
     if plan.act_fp8_store:
         out.append("SwiGLU inputs kept in FP8 for the backward (1 byte per element; the casts run inside the fused "
                    "SwiGLU kernels, no time charged)")

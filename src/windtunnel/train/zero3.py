@@ -199,6 +199,14 @@ def _play_stream(builder: Any, kind: str, mode: str):
         def host_copy(n: float) -> float:
             return n * share * WEIGHT_BYTES / link
 
+    grad_pass = None
+    if sharding.grad_predivide:
+        # One read and one write of the bucket's gradients at the chip's sustained memory bandwidth.
+        bandwidth = builder.chip.hbm_bandwidth * builder.eff.memory_bandwidth
+
+        def grad_pass(n: float) -> float:
+            return 2.0 * builder.states.grads * n / bandwidth
+
     # CPU checkpointing: the checkpoint's synchronous copy each way (the stack's 'blocking' kind).
     layer_sync = builder.checkpoint_copy_s(kind, mode)
     played = play_step(layer, layers, recompute=recompute, gather=gather, reduce=reduce,
@@ -206,6 +214,7 @@ def _play_stream(builder: Any, kind: str, mode: str):
                        max_live=sharding.max_live_params or float("inf"),
                        max_reuse=sharding.max_reuse_params,
                        reduce_bucket=sharding.reduce_bucket_params or float("inf"), host_copy=host_copy,
-                       layer_sync_s=layer_sync, wait_for_kernel=sharding.collective_priority == "normal")
+                       layer_sync_s=layer_sync, wait_for_kernel=sharding.collective_priority == "normal",
+                       grad_pass=grad_pass)
     held = builder.comm_units / max(1, builder.coster.eff.compute_units)
     return played, layers, held

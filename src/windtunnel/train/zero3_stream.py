@@ -1,5 +1,5 @@
-"""DeepSpeed ZeRO-3's step played on two streams: the compute stream and the one NCCL stream that runs
-every parameter all-gather and gradient reduce-scatter in the order the host issued them.
+"""DeepSpeed ZeRO-3's step played on the compute stream and the one NCCL stream that runs every parameter
+all-gather and gradient reduce-scatter in the order the host issued them (and the reduce stream's passes).
 
 DeepSpeed 0.6.2 gathers a layer's parameters one submodule at a time and reduce-scatters its gradients
 in buckets, all through one process group (the engine's and ``zero.Init``'s data-parallel group), and
@@ -23,22 +23,26 @@ The rules follow the code (microsoft/DeepSpeed v0.6.2, commit 32d97976):
   for the compute stream when each gradient was added (``__add_grad_to_ipg_bucket``); the host blocks
   on the oldest reduce-scatter once more than two are outstanding (``__max_param_reduce_events = 2``);
   the epilogue flushes the last bucket and synchronizes.
+- comm/coalesced_collectives.py ``reduce_scatter_coalesced`` (stack ``sharding.grad_predivide``): before
+  each reduce-scatter the bucket is divided by the group size in place, a memory-bound kernel on the reduce
+  stream; that stream waited for the previous reduce-scatter, which is synchronous.
 - GPU scheduling (stack ``sharding.collective_priority``): ProcessGroupNCCL's stream has the compute's
   priority unless asked otherwise, and the GPU dispatches a running kernel's remaining blocks before a
   kernel that arrives meanwhile at that priority; so a collective that becomes ready while a compute kernel
   runs starts when that kernel ends. Beside compute-bound layers this hides; where transfers take about
   as long as the compute it lands on the critical path.
 
-Times are seconds, sizes parameters. The host costs nothing except where it blocks.
+The rules decide a program: which operations the host issues, in what order, and where it blocks; it does
+not depend on time. train/zero3_timing.py times it. Times are seconds, sizes parameters. The host costs
+nothing except where it blocks.
 """
 
 from __future__ import annotations
 
-import bisect
-import math
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from windtunnel.train.zero3_timing import DeviceOp, HostWait, time_program
 
 # The coordinator's and the optimizer's limits on queued events (hard-coded in DeepSpeed 0.6.2).
 MAX_FETCH_EVENTS = 2
@@ -90,72 +94,6 @@ class _Entry:
     params: float
 
 
-class _Streams:
-    """The host clock, the compute stream and the collective stream, with the host's event throttles.
-
-    Collectives are queued as handles and timed lazily, in stream order, when something waits for one:
-    by then every compute kernel that could be running when the collective becomes eligible has been
-    issued (a kernel issued later starts after the waiter, which starts after the collective ends). With
-    ``wait_for_kernel`` a collective that becomes eligible while a compute kernel runs starts when that
-    kernel ends: the GPU dispatches the running kernel's remaining blocks before those of a kernel that
-    arrives later at the same stream priority, so the collective finds no free compute units until then."""
-
-    def __init__(self, gather: Callable[[float], float], reduce: Callable[[float], float],
-                 wait_for_kernel: bool = False) -> None:
-        self.gather, self.reduce = gather, reduce
-        self.wait_for_kernel = wait_for_kernel
-        self.host = self.compute = 0.0
-        self.comm_busy = 0.0
-        self.fetch_events: deque[int] = deque()
-        self.reduce_events: deque[int] = deque()
-        self._queued: list[tuple[float, float]] = []  # (seconds, not before) per collective, in stream order
-        self._ends: list[float] = []  # end times of the collectives timed so far
-        self._kernels: list[tuple[float, float]] = []  # compute kernels (start, end), in time order
-
-    def collective(self, seconds: float, ready: float = 0.0) -> int:
-        """Queue a collective behind everything on the stream, once issued and its input is ready; returns
-        its handle (see :meth:`done`)."""
-        self._queued.append((seconds, max(self.host, ready)))
-        self.comm_busy += seconds
-        return len(self._queued) - 1
-
-    def done(self, handle: int) -> float:
-        """End time of collective ``handle``, timing it and those queued before it."""
-        while len(self._ends) <= handle:
-            seconds, not_before = self._queued[len(self._ends)]
-            start = max(self._ends[-1] if self._ends else 0.0, not_before)
-            if self.wait_for_kernel:
-                at = bisect.bisect_right(self._kernels, (start, math.inf)) - 1
-                if at >= 0 and self._kernels[at][0] < start < self._kernels[at][1]:
-                    start = self._kernels[at][1]
-            self._ends.append(start + seconds)
-        return self._ends[handle]
-
-    @property
-    def comm(self) -> float:
-        """End of the collective stream (times everything queued)."""
-        return self.done(len(self._queued) - 1) if self._queued else 0.0
-
-    def run(self, seconds: float, ready: float, kernels: int = 1) -> float:
-        """Run a compute submodule of ``kernels`` equal kernels after the previous one, its input transfer
-        and its issue by the host."""
-        begin = max(self.compute, self.host, ready)
-        self.compute = begin + seconds
-        if seconds > 0:
-            self._kernels += [(begin + seconds * k / kernels, begin + seconds * (k + 1) / kernels)
-                              for k in range(kernels)]
-        return self.compute
-
-    def throttle(self, events: deque[int], host: float, limit: int) -> float:
-        """Host time after the throttle: completed events are dropped, then it waits for the oldest while
-        more than ``limit`` remain."""
-        while events and self.done(events[0]) <= host:
-            events.popleft()
-        if len(events) > limit:
-            host = max(host, self.done(events.popleft()))
-        return host
-
-
 def _trace(layer: list[Submodule], layers: int, recompute: bool) -> list[_Entry]:
     """Fetch order of a step: every layer forward, then per layer from the last its recomputed forward
     (full recomputation) and its backward in reverse submodule order."""
@@ -187,7 +125,8 @@ def _kept(trace: list[_Entry], max_reuse: float) -> list[bool]:
 def play_step(layer: list[Submodule], layers: int, *, recompute: bool, gather: Callable[[float], float],
               reduce: Callable[[float], float], prefetch_bucket: float, max_live: float, max_reuse: float,
               reduce_bucket: float, host_copy: Callable[[float], float] | None = None,
-              layer_sync_s: float | None = None, wait_for_kernel: bool = False) -> StreamStep:
+              layer_sync_s: float | None = None, wait_for_kernel: bool = False,
+              grad_pass: Callable[[float], float] | None = None) -> StreamStep:
     """Play one step of ``layers`` identical layers (``layer``: its submodules in forward order).
 
     ``gather(params)`` / ``reduce(params)``: seconds of one all-gather / reduce-scatter of that many
@@ -200,56 +139,80 @@ def play_step(layer: list[Submodule], layers: int, *, recompute: bool, gather: C
     the layer's parameters (DeepSpeed checkpointing.py ``CheckpointFunction``); the copy counts as compute,
     so only the overlap the waits lose shows as exposed. ``wait_for_kernel``: the collectives run at the
     compute's stream priority, so one that becomes ready while a compute kernel runs starts when that kernel
-    ends (see :class:`_Streams`); each submodule's forward is one kernel and its backward two (a linear's
+    ends (train/zero3_timing.py); ``grad_pass(params)``: seconds of the pre-divide pass over a reduce bucket
+    (None: no pass); each submodule's forward is one kernel and its backward two (a linear's
     input- and weight-gradient GEMMs). Returns the forward and backward wall times next to their compute
     and transfer times.
     """
     trace = _trace(layer, layers, recompute)
     keeps = _kept(trace, max_reuse)
-    s = _Streams(gather, reduce, wait_for_kernel)
-    gathered: dict[tuple[int, int], int] = {}  # submodule -> handle of its gather (absent: released)
+    program: list[DeviceOp | HostWait] = []
+    gathered: dict[tuple[int, int], int] = {}  # submodule -> its gather in the program (absent: released)
     waited: set[tuple[int, int]] = set()
+    fetch_events: list[int] = []
+    reduce_events: list[int] = []
+    last_compute: int | None = None  # the compute stream's last operation issued so far
     available = 0.0
+    comm_s = 0.0
     queue = 0  # next trace position the prefetcher may pop
     bucket: list[float] = []
-    bucket_ready = 0.0
+    bucket_ready: int | None = None  # the compute the reduce stream waited for when the bucket last grew
+
+    def device(op: DeviceOp) -> int:
+        program.append(op)
+        return len(program) - 1
+
+    def throttle(events: list[int], limit: int) -> None:
+        # The host blocks on the oldest event while more than ``limit`` are outstanding; with events ending in
+        # the order they were issued that is the one ``limit`` + 1 back.
+        if len(events) > limit:
+            program.append(HostWait(events[len(events) - limit - 1]))
 
     def issue_gather(key: tuple[int, int], params: float) -> None:
-        nonlocal available
-        gathered[key] = s.collective(s.gather(params))
+        nonlocal available, comm_s
+        seconds = gather(params)
+        gathered[key] = device(DeviceOp("gather", seconds))
+        comm_s += seconds
         waited.discard(key)
         available += params
 
     def flush() -> None:
-        nonlocal bucket_ready
+        nonlocal comm_s
         if not bucket:
             return
-        s.host = s.throttle(s.reduce_events, s.host, MAX_REDUCE_EVENTS)
-        reduced = s.collective(s.reduce(sum(bucket)), bucket_ready)
-        s.reduce_events.append(reduced)
+        throttle(reduce_events, MAX_REDUCE_EVENTS)
+        inputs = () if bucket_ready is None else (bucket_ready,)
+        if grad_pass is not None:
+            # The reduce stream waited for the compute and for its previous (synchronous) reduce-scatter.
+            previous = () if not reduce_events else (reduce_events[-1],)
+            inputs = (device(DeviceOp("pass", grad_pass(sum(bucket)), inputs + previous)),)
+        seconds = reduce(sum(bucket))
+        reduced = device(DeviceOp("reduce", seconds, inputs))
+        comm_s += seconds
+        reduce_events.append(reduced)
         if host_copy is not None:
-            s.host = max(s.host, s.done(reduced) + host_copy(sum(bucket)))
+            program.append(HostWait(reduced, host_copy(sum(bucket))))
         bucket.clear()
 
-    forward_end = 0.0
+    forward_last: int | None = None
     comm_at_forward_end = 0.0
     for at, entry in enumerate(trace):
         if entry.kind != "F" and trace[at - 1].kind == "F":
-            forward_end, comm_at_forward_end = s.compute, s.comm_busy
+            forward_last, comm_at_forward_end = last_compute, comm_s
         key, module = (entry.layer, entry.index), layer[entry.index]
         if layer_sync_s is not None and entry.index == 0 and entry.kind != "B":
-            s.compute = max(s.compute, s.host) + layer_sync_s
-            s.host = s.compute
-        ready = 0.0
+            last_compute = device(DeviceOp("copy", layer_sync_s))
+            program.append(HostWait(last_compute))
+        needs: tuple[int, ...] = ()
         if entry.params > 0:
             # fetch_sub_module: gather what is missing and wait for it.
             if key not in gathered:
                 issue_gather(key, entry.params)
             if key not in waited:
-                s.host = s.throttle(s.fetch_events, s.host, MAX_FETCH_EVENTS)
-                s.fetch_events.append(gathered[key])
+                throttle(fetch_events, MAX_FETCH_EVENTS)
+                fetch_events.append(gathered[key])
                 waited.add(key)
-            ready = s.done(gathered[key])
+            needs = (gathered[key],)
         if module.hooked:
             # Then, on every hooked call, prefetch along the trace.
             queue = max(queue, at + 1)
@@ -261,22 +224,23 @@ def play_step(layer: list[Submodule], layers: int, *, recompute: bool, gather: C
                 if ahead.params > 0 and (ahead.layer, ahead.index) not in gathered:
                     issue_gather((ahead.layer, ahead.index), ahead.params)
         if entry.kind == "B":
-            s.run(module.bwd_s, ready, kernels=2)
-        else:
-            s.run(module.fwd_s, ready)
-        if entry.kind == "B":
+            last_compute = device(DeviceOp("kernel", module.bwd_s, needs, kernels=2))
             for grad in module.grads:
                 if bucket and sum(bucket) + grad > reduce_bucket:
                     flush()
                 bucket.append(grad)
-                bucket_ready = s.compute  # the reduce stream waits for the compute issued so far
+                bucket_ready = last_compute  # the reduce stream waits for the compute issued so far
+        else:
+            last_compute = device(DeviceOp("kernel", module.fwd_s, needs))
         if entry.params > 0 and not keeps[at]:
             del gathered[key]
             available -= entry.params
     flush()
-    end = max(s.compute, s.comm)
+    ends = time_program(program, wait_for_kernel=wait_for_kernel)
+    end = max((e for e in ends if e is not None), default=0.0)
+    forward_end = 0.0 if forward_last is None else ends[forward_last]
     copies = layers * (layer_sync_s or 0.0)
     fwd_compute = layers * sum(m.fwd_s for m in layer) + copies
     bwd_compute = layers * sum(m.bwd_s + (m.fwd_s if recompute else 0.0) for m in layer) + (copies if recompute else 0.0)
     return StreamStep(forward_end, end - forward_end, fwd_compute, bwd_compute,
-                      comm_at_forward_end, s.comm_busy - comm_at_forward_end)
+                      comm_at_forward_end, comm_s - comm_at_forward_end)
