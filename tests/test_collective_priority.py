@@ -172,3 +172,12 @@ def test_deepspeed_pre_divides_its_buckets():
     assert with_pass.breakdown["compute"] == pytest.approx(without.breakdown["compute"])
     assert any("grad_predivide" in a for a in with_pass.assumptions)
     assert not any("grad_predivide" in a for a in without.assumptions)
+
+
+def test_a_pass_waits_for_the_running_kernel_whatever_the_collectives_priority():
+    """The pass runs on DeepSpeed's reduce stream, at the compute's priority even where NCCL's stream is high."""
+    program = [DeviceOp("kernel", 1.0), DeviceOp("gather", 0.4), DeviceOp("pass", 0.3, after=(1,)),
+               DeviceOp("gather", 0.2, after=(1,))]
+    ends = _ends(program, wait=False)
+    assert ends[2] == pytest.approx(1.3)  # the pass waited for the kernel
+    assert ends[3] == pytest.approx(0.6)  # the collective did not

@@ -11,10 +11,11 @@ Streams (each runs its operations one after another, in issue order):
 - ``side``: passes on DeepSpeed's reduce stream (``pass``), kernels that hold the compute units.
 
 An operation starts once its stream is free, the host has issued it and the operations it reads have
-ended. With ``wait_for_kernel`` (collectives and passes at the compute's stream priority) an operation of
-the nccl or side stream that becomes ready while a compute kernel or a pass runs starts when that one
-ends: the GPU dispatches the running kernel's remaining blocks first. A compute kernel that becomes ready
-while a pass runs waits for the pass the same way. Ties go to the operation that is already running.
+ended. A pass (DeepSpeed's reduce stream has the compute's priority), and with ``wait_for_kernel`` a
+collective (NCCL's stream at the compute's priority too), that becomes ready while a compute kernel or a
+pass runs starts when that one ends: the GPU dispatches the running kernel's remaining blocks first. A
+compute kernel that becomes ready while a pass runs waits for the pass the same way. Ties go to the
+operation that is already running.
 
 Events are handled in time order, so when an operation becomes ready every kernel that could be running
 then has already been placed. Times in seconds.
@@ -64,7 +65,8 @@ def _running(spans: list[tuple[float, float]], at: float, *, from_start: bool = 
 
 
 def time_program(program: Program, *, wait_for_kernel: bool) -> list[float | None]:
-    """End time of every device operation of ``program`` (None for host waits)."""
+    """End time of every device operation of ``program`` (None for host waits); ``wait_for_kernel``: the
+    collectives run at the compute's stream priority."""
     ends: list[float | None] = [None] * len(program)
     issued: list[float] = [0.0] * len(program)
     not_before: dict[int, float] = {}  # an operation held back by a running kernel: retry then
@@ -105,7 +107,7 @@ def time_program(program: Program, *, wait_for_kernel: bool) -> list[float | Non
         op = program[index]
         if op.kind == "kernel":
             held = _running(passes, ready, from_start=True)
-        elif name != "compute" and wait_for_kernel:
+        elif name == "side" or (name == "nccl" and wait_for_kernel):
             held = _running(kernels, ready) or _running(passes, ready)
         else:
             held = None
