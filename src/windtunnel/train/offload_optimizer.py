@@ -41,9 +41,11 @@ def check_host(plan, chip) -> None:
         value = getattr(plan, field)
         missing = [name for name in needed if not getattr(chip, name)]
         if value and missing:
+            flag = isinstance(value, bool)  # checkpoint_in_cpu is true/false, the others counts or shares
+            shown, off = ("true", "false") if flag else (f"{value:g}", "0")
             raise WindtunnelError(
-                f"Plan field '{field}' is {str(value).lower() if isinstance(value, bool) else f'{value:g}'}, but chip '{chip.id}' has no {', '.join(missing)} in the "
-                f"catalog, so its copies over the host link cannot be costed; use {field}={'false' if isinstance(value, bool) else 0} or give the chip those fields "
+                f"Plan field '{field}' is {shown}, but chip '{chip.id}' has no {', '.join(missing)} in the catalog, so "
+                f"its copies over the host link cannot be costed; use {field}={off} or give the chip those fields "
                 f"({', '.join(needed)}).", field=field)
 
 

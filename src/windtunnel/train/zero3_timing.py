@@ -52,7 +52,7 @@ class HostWait:
     extra: float = 0.0
 
 
-Program = list  # of DeviceOp | HostWait, in the host's order
+Program = list[DeviceOp | HostWait]  # in the host's order
 
 
 def _running(spans: list[tuple[float, float]], at: float, *, from_start: bool = False) -> float | None:
