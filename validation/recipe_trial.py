@@ -21,6 +21,7 @@ import statistics
 from pathlib import Path
 
 from windtunnel.specs.yamlio import write_atomic
+from windtunnel.validation.fidelity import SLICE_LEVELS, slice_stats
 from windtunnel.validation.rows import RowResult
 from windtunnel.validation.training import read_rows, validate_rows
 
@@ -118,6 +119,19 @@ def main() -> None:
                      f"{100 * _median([r for r in merged.values() if r.arch == 'moe']):.1f}% | "
                      f"{100 * _median([merged[k] for k in stated_keys if k in merged]):.1f}% |")
     everything = trial[len(variants) - 1]
+    lines += ["", "## By slice, every field stated", "",
+              "The slices (stack x chip generation/precision x dense/MoE, as validation/ACCURACY.md cuts them) whose",
+              "median moves; in brackets the median measured / predicted step time (above 1: too fast).", "",
+              "| slice | rows | median |error| at the defaults | stated |", "|---|---|---|---|"]
+    by_slice = SLICE_LEVELS["stack x chip generation/precision x dense/MoE"]
+    merged_all = [everything.get(k, r) for k, r in scored.items()]
+    before = {s["slice"]: s for s in slice_stats(scored.values(), by_slice)}
+    after = {s["slice"]: s for s in slice_stats(merged_all, by_slice)}
+    for name, b in before.items():
+        a = after[name]
+        if a["median_abs_error"] != b["median_abs_error"]:
+            lines.append(f"| {name} | {b['rows']} | {100 * b['median_abs_error']:.1f}% ({b['median_step_time_ratio']:.3f}) | "
+                         f"{100 * a['median_abs_error']:.1f}% ({a['median_step_time_ratio']:.3f}) |")
     lines += ["", "## By release, every field stated", "", "| release | rows | median |error| at the defaults | stated |",
               "|---|---|---|---|"]
     releases = sorted({table[k]["release"] for k in stated_keys})
