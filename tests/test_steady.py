@@ -63,7 +63,11 @@ CASES = [
     ("dense", 8, "tp=1,pp=8,vpp=2,mbs=1,recompute=selective,zero=0", 128),
     ("dense", 16, "tp=1,pp=4,mbs=1,recompute=full,zero=1,schedule=dualpipe", 96),
     ("moe", 16, "tp=1,pp=4,ep=4,mbs=1,recompute=full,zero=1,schedule=dualpipe", 80),
-    ("moe", 16, "tp=1,pp=4,ep=4,vpp=2,mbs=1,recompute=full,zero=1,ep_overlap=true", 96),
+    # Interleaved with EP overlap at two micro-batches per block. (At one, this small MoE's overlapped pairs are
+    # bound by the one host thread that issues both chunks, and the interleaved pipeline keeps drifting by a few
+    # microseconds per period through 192 micro-batches: no steady period exists to extrapolate, so such a
+    # step is played whole, exactly; the 24-micro-batch case above checks that it agrees.)
+    ("moe", 16, "tp=1,pp=4,ep=4,vpp=2,mbs=2,recompute=full,zero=1,ep_overlap=true", 96),
     ("moe", 8, "tp=1,pp=1,ep=8,mbs=1,recompute=full,zero=1,ep_overlap=true", 64),
     ("dense", 16, "tp=1,pp=4,mbs=1,recompute=full,zero=2", 96),
     ("dense", 16, "tp=1,pp=4,mbs=1,recompute=full,zero=3", 64),

@@ -237,15 +237,16 @@ class LayerCoster:
             graph = graphs[gi]
             if oi == 0 and gi > 0 and not concurrent:
                 previous_sinks = tuple(task_of[(gi - 1, i)][-1] for i in graphs[gi - 1].sinks())
-            # Concurrent graphs (DualPipe) each get a host stream: one CPU thread interleaves the two
-            # chunks' launches in reality, which this treats as if each had the thread to itself.
-            host_stream = HOST_STREAM + (f".{gi}" if concurrent and gi else "")
+            # One CPU thread issues both chunks of an overlapped pair, interleaved in the pair's order:
+            # Megatron-Core's combined 1F1B calls the forward's and the backward's submodules one after
+            # another from one Python loop (models/common/model_chunk_schedule_plan.py
+            # TransformerLayerSchedulePlan.run, core_v0.15.0), so their host work adds up on one stream.
             op = graph.ops[oi]
             count = pieces_of[gi][oi]
             duration = self.op_time(op) / count * (1.0 if op.is_comm else carve)
             stream = op.stream
             inputs = [t for dep in op.deps for t in task_of[(gi, dep)]] if op.host_sync else []
-            issued = self._issue(engine, op, host_stream, inputs)
+            issued = self._issue(engine, op, HOST_STREAM, inputs)
             tasks = []
             queue_wait = issued_kernels[:] if queued and op.is_comm and op.stream == "ep" else []
             for piece in range(count):
@@ -268,8 +269,7 @@ class LayerCoster:
                 if op.model_flops and op.phase != "recompute":
                     model_flops += op.flops * op.count
         timeline = engine.run()
-        hosts = (HOST_STREAM,) + tuple(f"{HOST_STREAM}.{gi}" for gi in range(1, len(graphs)))
-        parts = attribute(timeline, primary=("compute",), others=COMM_STREAMS, background=hosts)
+        parts = attribute(timeline, primary=("compute",), others=COMM_STREAMS, background=(HOST_STREAM,))
         parts.pop("idle", None)
         return Played(timeline.makespan, parts, flops, model_flops, timeline=timeline)
 
