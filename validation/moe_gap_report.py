@@ -79,7 +79,8 @@ def gap(row: dict) -> dict | None:
     unexplained = (ratio - 1.0) * result.step_time_s / count * 1e3
     return {"ratio": ratio, "local": local, "unexplained_ms": unexplained,
             "per_expert_ms": unexplained / local, "layer": moe_layer_ms(job), "ep": job.plan.ep,
-            "dispatcher": job.plan.dispatcher, "tokens": job.plan.mbs * job.seq_len // job.plan.cp}
+            "dispatcher": job.plan.dispatcher, "graphs": job.plan.cuda_graphs,
+            "tokens": job.plan.mbs * job.seq_len // job.plan.cp}
 
 
 def rows() -> list[dict]:
@@ -143,12 +144,12 @@ def main() -> None:
     lines += ["", "## Rows", "",
               "| row | stack | chip | precision | model | EP | local experts | tokens per micro-batch | dispatcher | "
               "measured / predicted step | model wall / host / compute / EP, ms | unexplained, ms | "
-              "per local expert, ms | recipe stated: measured / predicted step, per local expert ms (dispatcher) |",
+              "per local expert, ms | recipe stated: measured / predicted step, per local expert ms (dispatcher; CUDA graphs) |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for item in sorted(items, key=lambda i: (i["chip"], i["shipped"]["local"], i["row"])):
         g, s = item["shipped"], item["stated"]
         layer = g["layer"]
-        stated = f"{s['ratio']:.3f}, {_ms(s['per_expert_ms'])} ({s['dispatcher']})" if s else ""
+        stated = f"{s['ratio']:.3f}, {_ms(s['per_expert_ms'])} ({s['dispatcher']}; graphs {s['graphs']})" if s else ""
         lines.append(f"| {item['row']} | {item['stack']} | {item['chip']} | {item['precision']} | {item['model']} | "
                      f"{g['ep']} | {g['local']} | {g['tokens']} | {g['dispatcher']} | {g['ratio']:.3f} | "
                      f"{layer['wall']:.2f} / {layer['host']:.2f} / {layer['compute']:.2f} / {layer['ep']:.2f} | "
