@@ -84,17 +84,30 @@ ROUND_TRIP = [
 
 @pytest.mark.parametrize("text", ROUND_TRIP)
 def test_plan_string_round_trips(text):
-    """parse_plan(plan.to_string()) gives back the same plan (the reported plan can be pasted into --plan)."""
+    """parse_plan(plan.to_string()) gives back a plan that acts the same (the reported plan can be pasted into
+    --plan); sp and tp_overlap are compared as they act, since the string prints them so."""
     if "dispatcher" in text and "dispatcher" not in Plan.model_fields:
         pytest.skip("no dispatcher field in this version")
     plan = parse_plan(text)
     again = parse_plan(plan.to_string())
     a, b = plan.model_dump(), again.model_dump()
     a.pop("schedule"), b.pop("schedule")
+    for p, dumped in ((plan, a), (again, b)):
+        dumped["sp"], dumped["tp_overlap"] = p.sequence_parallel, p.tp_overlap and p.sequence_parallel
     if plan.ep == 1:
         a.pop("dispatcher", None), b.pop("dispatcher", None)
     assert a == b
     assert again.pipeline_schedule == plan.pipeline_schedule
+
+
+def test_plan_string_prints_sp_and_tp_overlap_as_they_act():
+    """A stack default that turns sequence parallelism and the TP overlap on does nothing at tp=1, and the
+    TP overlap does nothing without sp: the plan string says false there, not a setting that does not act."""
+    assert "sp=false" in parse_plan("tp=1,sp=true,tp_overlap=true").to_string()
+    assert "tp_overlap=false" in parse_plan("tp=1,sp=true,tp_overlap=true").to_string()
+    assert "tp_overlap=false" in parse_plan("tp=4,sp=false,tp_overlap=true").to_string()
+    both = parse_plan("tp=4,sp=true,tp_overlap=true").to_string()
+    assert "sp=true" in both and "tp_overlap=true" in both
 
 
 @pytest.mark.parametrize("imbalance", [0.0, -1.0])

@@ -152,13 +152,14 @@ class Plan(BaseModel):
         return "".join(ch for ch in value if not ch.isspace() and ch != ",")
 
     def to_string(self) -> str:
-        """The ``tp=..,pp=..`` form that ``--plan`` accepts."""
+        """The ``tp=..,pp=..`` form that ``--plan`` accepts; ``sp`` and ``tp_overlap`` as they act (false at
+        tp=1, where a stack default that turns them on does nothing; the TP overlap also needs sp)."""
         parts = [
             f"tp={self.tp}", f"pp={self.pp}", f"dp={self.dp}", f"cp={self.cp}", f"ep={self.ep}",
             f"vpp={self.vpp}", f"mbs={self.mbs}", f"recompute={self.recompute}",
-            f"sp={'true' if self.sp else 'false'}", f"zero={self.zero}",
+            f"sp={'true' if self.sequence_parallel else 'false'}", f"zero={self.zero}",
             *([f"dp_shard={self.dp_shard}"] if self.dp_shard else []),
-            f"tp_overlap={'true' if self.tp_overlap else 'false'}",
+            f"tp_overlap={'true' if self.tp_overlap and self.sequence_parallel else 'false'}",
             f"schedule={self.pipeline_schedule}", f"precision={self.precision}",
         ]
         if self.ep > 1:
