@@ -52,6 +52,7 @@ class Efficiency:
     attention_fp8_bwd_skips_window: bool = True
     host_op_s: float = 0.0
     host_library_call_s: float = 0.0
+    host_launch_s: float = 0.0  # host seconds per kernel launch from library C++ code (no framework op)
     host_link: float = 0.8
     host_memory: float = 0.75  # sustained share of host DRAM bandwidth (a CPU optimizer step)
     overlap_comm_units: int = 0
@@ -190,6 +191,7 @@ def _efficiency_for(chip: Chip, fitted_override: dict | None, family: str, fp8_o
         optimizer_bytes_per_param=float(p["optimizer"]["bytes_per_param"]),
         host_op_s=float((p.get("host") or {}).get("op_s", 0.0)),
         host_library_call_s=float((p.get("host") or {}).get("library_call_s", 0.0)),
+        host_launch_s=float((p.get("host") or {}).get("launch_s", 0.0)),
         host_link=float(p["host_link_efficiency"]),
         host_memory=float(p.get("host_memory_efficiency", 0.75)),
         overlap_comm_units=int(p["overlap_comm_units"]),

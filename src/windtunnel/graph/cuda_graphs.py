@@ -27,7 +27,8 @@ def captured(graph: OpGraph, graphed: list[tuple[str, range]], mode: str) -> OpG
     if mode == "none":
         return graph
     if mode == "full":
-        return OpGraph([replace(op, host_ops=0.0, library_calls=0, host_sync=False) for op in graph.ops])
+        return OpGraph([replace(op, host_ops=0.0, library_calls=0, quant_launches=0, host_sync=False)
+                        for op in graph.ops])
     scopes = cuda_graph_scopes(mode)
     regions: list[tuple[str, range]] = []
     for scope, region in graphed:
@@ -40,5 +41,6 @@ def captured(graph: OpGraph, graphed: list[tuple[str, range]], mode: str) -> OpG
     ops = list(graph.ops)
     for _, region in regions:
         for index in region:
-            ops[index] = replace(ops[index], host_ops=1.0 if index == region.start else 0.0, library_calls=0)
+            ops[index] = replace(ops[index], host_ops=1.0 if index == region.start else 0.0, library_calls=0,
+                                   quant_launches=0)
     return OpGraph(ops)

@@ -57,6 +57,10 @@ class Op:
     quantized_in: for an FP8 GEMM, the phases ('fwd', 'bwd') in which its activation operand arrives
         already quantised, written so by the kernel before it (a fused grouped MLP quantises the activation's
         output in its epilogue, and the activation's gradient in the fused backward), so no cast kernel runs.
+    quant_launches: for an FP8 grouped GEMM whose library quantises the activation operand expert by expert
+        (Transformer Engine's split_quantize), the kernels that quantisation launches for all the experts: each
+        costs the host a kernel launch and the device a kernel's fixed overhead. A backward's data-gradient GEMM
+        carries the output gradient's (one quantisation serves both gradient GEMMs).
     weight_grad: a backward operator that forms a weight gradient (a GEMM's or convolution's wgrad):
         nothing in the backward waits for it, so a zero-bubble pipeline (DualPipe, ZB1P) may run it
         later, apart from the input-gradient work (train/layers.split_weight_gradients).
@@ -86,6 +90,7 @@ class Op:
     kernel: str = ""
     tp_chunked: bool = True
     quantized_in: tuple[str, ...] = ()
+    quant_launches: int = 0
     weight_grad: bool = False
 
     @property
@@ -166,7 +171,7 @@ def backward_of(forward: OpGraph, *, comm_swap: dict[str, str] | None = None) ->
                 new_index[index] = backward.add(wgrad)
                 continue
             new_index[index] = backward.add(replace(op, name=op.name + ".dgrad", shape=(m, k, nn), **base))
-            backward.add(wgrad)
+            backward.add(replace(wgrad, quant_launches=0))
         elif op.kind == "attention":
             new_index[index] = backward.add(replace(op, name=op.name + ".bwd", flops=op.flops * 2.5,
                                                     bytes_moved=op.bytes_moved * 2.0, **base))

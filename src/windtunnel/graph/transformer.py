@@ -89,6 +89,7 @@ class Sharding:
     # forward and backward passes, forward and backward host ops); None: one fused kernel.
     rope_eager: tuple[float, float, float, float] | None = None
     fp8_cast_fused: bool = False  # stack kernels.fp8_cast 'fused': FP8 GEMM operands arrive quantised
+    fp8_quant_launches: int = 0  # kernels one expert's FP8 quantisation launches in a per-expert grouped GEMM
 
     @property
     def tokens(self) -> int:
@@ -133,10 +134,15 @@ class _Builder:
             host_ops = self.s.linear_host_ops + (1.0 if self.s.precision == "fp8" else 0.0)
         if self.s.fp8_cast_fused:
             quantized_in = ("fwd", "bwd")
+        precision = self.s.precision if precision == "plan" else precision
+        per_expert = count > 1 and not grouped_launch
+        # Transformer Engine's GroupedLinear quantises its FP8 operand expert by expert (split_quantize), each
+        # expert's quantisation its own kernels (Sharding.fp8_quant_launches).
+        quant_launches = count * self.s.fp8_quant_launches if per_expert and precision == "fp8" else 0
         return self.g.add(Op(name, "gemm", flops=2.0 * m * n * k, bytes_moved=moved, saved_bytes=saved_bytes,
                              shape=(m, n, k), deps=deps, count=count, model_flops=model_flops,
-                             precision=self.s.precision if precision == "plan" else precision, host_ops=host_ops,
-                             library_calls=count if count > 1 and not grouped_launch else 0,
+                             precision=precision, host_ops=host_ops, quant_launches=quant_launches,
+                             library_calls=count if per_expert else 0,
                              backward_host_ops=backward_host_ops, backward_bytes=None if input_grad else 0.0,
                              quantized_in=quantized_in))
 

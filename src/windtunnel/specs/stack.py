@@ -75,6 +75,11 @@ class Kernels(_Frozen):
     # and torchao's current-scaling casts do) or 'fused' (a compiler folds the scale-and-convert into the kernel
     # that produces the operand: XLA with delayed scaling, whose scale is known before the producer runs).
     fp8_cast: Literal["separate", "fused"] = "separate"
+    # How per-tensor FP8 (a plan's fp8_recipe=tensor) scales its tensors: 'delayed' (from an amax history;
+    # Transformer Engine quantises a grouped GEMM's experts in one fused cast-transpose kernel) or 'current'
+    # (from each tensor's own amax: per expert an amax kernel, a scale kernel and the cast, TE's
+    # Float8CurrentScalingQuantizer::quantize, called expert by expert by split_quantize).
+    fp8_scaling: Literal["delayed", "current"] = "delayed"
     # Where the stack's calibration family has a 16-bit GEMM fit on a chip but none in FP8, the FP8 GEMMs run at
     # this fraction of that fit (FP8 fraction of the FP8 peak per 16-bit fraction of the 16-bit peak, measured on
     # the stack's own GEMM kernels). None: they run at the default family's FP8 fit (Transformer Engine's FP8, as
@@ -89,6 +94,17 @@ class Kernels(_Frozen):
     sequential_forward_passes: float = Field(default=3.0, ge=0)
     sequential_backward_passes_per_expert: float = Field(default=6.0, ge=0)
     sequential_host_ops_per_expert: float = Field(default=5.0, ge=0)
+
+    def fp8_quant_launches(self, precision: str, fp8_recipe: str) -> int:
+        """Kernels one expert's FP8 quantisation launches in a per-expert grouped GEMM (Transformer Engine
+        v2.10-v2.14 csrc/extensions/cast.cpp split_quantize): MXFP8, one cast per expert; per-tensor current
+        scaling, amax, scale and cast per expert (quantizer.cpp Float8CurrentScalingQuantizer::quantize); delayed
+        scaling, none per expert (one fused multi-tensor cast-transpose for all, multi_tensor_quantize_impl)."""
+        if precision != "fp8":
+            return 0
+        if fp8_recipe == "mx":
+            return 1
+        return 3 if self.fp8_scaling == "current" else 0
 
     @property
     def sequential_costs(self) -> tuple[float, float, float]:

@@ -136,6 +136,7 @@ class _StepBuilder(ChunkCosting, PipelinePlay):
                               mla_pad_v=kernels.mla_pad_v, embedding_matmul=plan.embedding_lookup == "matmul",
                               rope_eager=kernels.rope_eager_costs if eager_rope(kernels.rope, model) else None,
                               fp8_cast_fused=kernels.fp8_cast == "fused",
+                              fp8_quant_launches=kernels.fp8_quant_launches(plan.precision, plan.fp8_recipe),
                               moe_imbalance=job.moe_imbalance if plan.ep > 1 else 1.0,  # ep=1: no rank waits for another
                               precision=plan.precision, dedup_dispatch=plan.dispatcher in ("deepep", "hybridep"),
                               permute_in_dispatch=plan.dispatcher == "hybridep",

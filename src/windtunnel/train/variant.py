@@ -24,7 +24,7 @@ def _host_overlay(cluster: Cluster, fitted_override: dict | None, family: str, f
     calibration family, the last layer the profile merge applies)."""
     chip = cluster.chip
     host = dict(profile_dict(chip, fitted_override, family).get("host") or {})
-    scaled = {name: float(host.get(name, 0.0)) * factor for name in ("op_s", "library_call_s")}
+    scaled = {name: float(host.get(name, 0.0)) * factor for name in ("op_s", "library_call_s", "launch_s")}
     shipped = fitted_override
     if shipped is None:  # the shipped calibration, which a job reads itself when it has no profile
         shipped = (read_yaml(catalog_dir("calibration.yaml")) or {}).get("fitted") or {}
