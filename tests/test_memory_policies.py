@@ -90,8 +90,9 @@ def test_interleaved_peak_counts_each_chunk_in_schedule_order():
     # 0-3 and 8-10 run on chunk 0, 4-7 on chunk 1 (groups of pp micro-batches per chunk).
     assert interleaved_peak([1.0, 2.0], pp, 0, mbs) == pytest.approx(7 * 1.0 + 4 * 2.0)
     assert interleaved_peak([1.0, 2.0], pp, 0, mbs) < (warmup + 1) * 1.5
-    # The EP-overlap schedule's extra warm-up forward holds one more micro-batch.
-    assert interleaved_peak([1.0] * vpp, pp, 0, mbs, extra=1) == warmup + 2
+    # The EP-overlap schedule runs one more warm-up forward alone, then each forward beside a backward layer by
+    # layer: the plain peak plus one layer (a quarter of a chunk here), not one more chunk.
+    assert interleaved_peak([1.0] * vpp, pp, 0, mbs, pair_layer=0.25) == pytest.approx(warmup + 1.25)
 
 
 def test_a_tensor_two_bf16_gemms_save_is_kept_once_but_fp8_copies_are_not():

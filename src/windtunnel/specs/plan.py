@@ -50,7 +50,7 @@ class Plan(BaseModel):
     tp_overlap: bool = False
     # Megatron's EP all-to-all overlap (--overlap-moe-expert-parallel-comm): in the steady state each
     # forward runs together with the backward of an earlier micro-batch, so that one's dispatch and
-    # combine hide under the other's compute (one more micro-batch in flight).
+    # combine hide under the other's compute (layer by layer: one more layer's activations in flight).
     ep_overlap: bool = False
     schedule: Schedule | None = None
     precision: Literal["bf16", "fp16", "fp8"] = "bf16"

@@ -329,15 +329,18 @@ def _head_freed(builder, chunk) -> float:
     return builder._saved[("head", "none")]  # what _cost_chunk kept for the head
 
 
-def interleaved_peak(chunk_bytes: list[float], pp: int, rank: int, micro_batches: int, *, extra: int = 0) -> float:
+def interleaved_peak(chunk_bytes: list[float], pp: int, rank: int, micro_batches: int, *,
+                     pair_layer: float | None = None) -> float:
     """Peak activation bytes one rank holds under Megatron's interleaved 1F1B schedule, its model
     chunks holding ``chunk_bytes`` per micro-batch. Megatron-Core schedules.py
     (forward_backward_pipelining_with_interleaving): forwards run in the order of get_schedule_table,
     groups of ``microbatch_group_size_per_vp_stage`` (default: the pipeline size) micro-batches on
     chunk 0, then chunk 1, ...; backwards in the same order with the chunks reversed; the rank runs
     (pp - rank - 1) * 2 + (vpp - 1) * group warm-up forwards, then alternates one forward and one
-    backward. ``extra`` warm-up forwards: the EP-overlap schedule runs one more."""
+    backward. ``pair_layer``: the EP-overlap schedule (one layer's bytes): one more warm-up forward, then each
+    forward beside a backward layer by layer, so a pair holds one layer beyond what it starts with."""
     vpp = len(chunk_bytes)
+    extra = 0 if pair_layer is None else 1
     table = [chunk for start in range(0, micro_batches, pp) for chunk in range(vpp)
              for _ in range(start, min(start + pp, micro_batches))]
     total = len(table)
@@ -350,9 +353,10 @@ def interleaved_peak(chunk_bytes: list[float], pp: int, rank: int, micro_batches
         peak = max(peak, held)
     for backwards in range(total):
         if forwards < total:
-            held += chunk_bytes[table[forwards]]
+            step = chunk_bytes[table[forwards]]
+            peak = max(peak, held + (step if pair_layer is None else min(step, pair_layer)))
+            held += step
             forwards += 1
-            peak = max(peak, held)
         held -= chunk_bytes[vpp - 1 - table[backwards]]
     return peak
 
@@ -404,9 +408,12 @@ def step_memory(builder, chunks: dict) -> StepMemory:
         share = ParamShare(dense=sum(c.dense_params for c in mine), expert=sum(c.expert_params for c in mine),
                            dense_dp=builder.placement.dp.size, expert_dp=builder.placement.expert_dp.size)
         per_chunk = sum(c.activation_bytes for c in mine) / len(mine)
-        in_flight = in_flight_micro_batches(builder.schedule, plan.pp, plan.vpp, rank, builder.micro_batches,
-                                            ep_overlap=plan.ep_overlap)
-        activations = per_chunk * in_flight
+        in_flight = in_flight_micro_batches(builder.schedule, plan.pp, plan.vpp, rank, builder.micro_batches)
+        # EP overlap: an overlapped pair holds one layer beyond the plain schedule's peak (schedule.py).
+        pair_layer = max((layer_saved_bytes(builder, kind, mode) for c in mine
+                          for kind, mode in zip(c.layers, c.modes, strict=True) if kind in LAYER_MODULES),
+                         default=0.0) if plan.ep_overlap and builder.micro_batches > 1 else None
+        activations = per_chunk * in_flight + (pair_layer or 0.0)
         if builder.schedule == "dualpipe":
             # Its two stages hold different micro-batch counts (the shallow one most); their sum is pp+1.
             activations = sum(c.activation_bytes * dualpipe_in_flight(plan.pp, rank, c.chunk, builder.micro_batches)
@@ -415,8 +422,7 @@ def step_memory(builder, chunks: dict) -> StepMemory:
             # Chunks differ (the first holds the embedding, the last the loss; uneven layer counts):
             # count what each holds at the rank's peak in the schedule's own order.
             held = [c.activation_bytes for c in sorted(mine, key=lambda c: c.chunk)]
-            activations = interleaved_peak(held, plan.pp, rank, builder.micro_batches,
-                                           extra=1 if plan.ep_overlap else 0)
+            activations = interleaved_peak(held, plan.pp, rank, builder.micro_batches, pair_layer=pair_layer)
         host_bytes = max(host_bytes, sum(c.offloaded_bytes for c in mine) / len(mine) * in_flight)
         if plan.offload_modules:
             # Module offloading: the offloaded part of every micro-batch in flight is in host memory;

@@ -256,14 +256,17 @@ def _build_orders(name: str, pp: int, vpp: int, micro_batches: int, *, ep_overla
     return [overlapped(order) for order in orders] if ep_overlap else orders
 
 
-def in_flight_micro_batches(name: str, pp: int, vpp: int, rank: int, micro_batches: int,
-                            *, ep_overlap: bool = False) -> float:
-    """Micro-batch activations (in units of one chunk's layers) a rank holds at its peak."""
+def in_flight_micro_batches(name: str, pp: int, vpp: int, rank: int, micro_batches: int) -> float:
+    """Micro-batch activations (in units of one chunk's layers) a rank holds at its peak.
+
+    The EP overlap holds no more than this plus one layer (train/memory.py step_memory): it runs one more
+    warm-up forward alone (the one the plain schedule runs before its first backward), then each forward
+    together with an earlier micro-batch's backward, layer by layer (forward layer i beside backward layer
+    L-1-i: Megatron-Core core_v0.15.0 TransformerModelChunkSchedulePlan.run, combined_1f1b.py), so the
+    backward frees a layer as the forward fills one."""
     if name == "dualpipe":
         return float(min(micro_batches, pp + 1))
-    # The EP overlap runs one more warm-up forward, so one more micro-batch is held.
-    extra = 1 if ep_overlap else 0
     if name == "interleaved" and vpp > 1:
         warmup = min(micro_batches * vpp, (pp - rank - 1) * 2 + (vpp - 1) * pp)
-        return float(min(micro_batches * vpp, warmup + 1 + extra))
-    return float(min(micro_batches, pp - rank + extra))
+        return float(min(micro_batches * vpp, warmup + 1))
+    return float(min(micro_batches, pp - rank))
