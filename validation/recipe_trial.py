@@ -2,16 +2,16 @@
 
 Run: `.venv/bin/python validation/recipe_trial.py` (under a minute).
 
-The rows of the Megatron-Bridge performance tables (validation/extra_training_runs.csv, training_runs.csv) keep
-the stack defaults: the tables publish the parallel layout, not the kernel paths. validation/bridge_recipes.csv
-holds, per MoE row, what the release's recipe ran, read from Megatron-Bridge's `scripts/performance` presets at
+The Megatron-Bridge performance tables (validation/extra_training_runs.csv, training_runs.csv) publish the
+parallel layout, not the kernel paths. validation/bridge_recipes.csv holds, per MoE row, what the release's recipe ran, read from Megatron-Bridge's `scripts/performance` presets at
 the tag the release shipped (25.09 v0.1.0rc4, 25.11 v0.2.0, 26.02 v0.3.0, 26.02.01 v0.3.1, 26.04 v0.4.0,
 26.04.01 v0.4.2, 26.06 v0.5.0, 26.06.01 v0.5.1; column `source` names the files, extra_training_runs_NOTES.md
 the method). Only rows whose layout matches a preset (`layout_matches_row` 'yes') are stated.
 
-Each recipe field becomes the plan field that models it (FIELDS below). Each variant states one field, all but
-one, or all of them; every other row and field stays as the CSVs have it. Nothing here changes a prediction the other reports
-make: this is the experiment that decides whether the rows should state their recipes.
+Each recipe field becomes the plan field that models it (FIELDS below). The rows ship every field stated (column
+`recipe_options`, written by validation/state_recipes.py). Each variant here states none of them (the stack
+defaults), one field, or all but one; every other row and field stays as the CSVs have it. Nothing here changes a
+prediction the other reports make: it measures what each recipe field does.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def main() -> None:
     base: dict[tuple[str, str], RowResult] = {}
     trial: dict[int, dict[tuple[str, str], RowResult]] = {i: {} for i in range(len(variants))}
     for name in CSVS:
-        rows = read_rows(HERE / name)
+        rows = [dict(row, recipe_options="") for row in read_rows(HERE / name)]  # the stack defaults
         for r in validate_rows(rows):
             base[(name, r.id)] = r
         ids = {row["id"] for row in rows if (name, row["id"]) in table}
@@ -104,7 +104,7 @@ def main() -> None:
                 recipe = table.get((name, row["id"]))
                 extra = stated_options(recipe, fields) if recipe else []
                 if extra:
-                    row = dict(row, plan_options=",".join(o for o in [row.get("plan_options", ""), *extra] if o))
+                    row = dict(row, recipe_options=",".join(extra))
                 stated.append(row)
             for r in validate_rows(stated, only=ids):
                 trial[i][(name, r.id)] = r
@@ -116,8 +116,8 @@ def main() -> None:
              "## Medians of |error| over the validation rows", "",
              "| variant | all rows | MoE rows | the stated rows |", "|---|---|---|---|"]
     stated_keys = [k for k in table if k in scored]
-    rows_at = [("stack defaults (as shipped)", {})] + [(" + ".join(f), trial[i]) for i, f in enumerate(variants)]
-    rows_at = [(label.replace(" + ".join(FIELDS), "all of them"), by) for label, by in rows_at]
+    rows_at = [("stack defaults", {})] + [(" + ".join(f), trial[i]) for i, f in enumerate(variants)]
+    rows_at = [(label.replace(" + ".join(FIELDS), "all of them (as shipped)"), by) for label, by in rows_at]
     for label, override in rows_at:
         merged = {k: override.get(k, r) for k, r in scored.items()}
         merged = {k: r for k, r in merged.items() if r.error is not None}

@@ -265,16 +265,20 @@ def build_job(row: dict, *, fitted_override: dict | None = None) -> tuple[Traini
     notes.append(f"cluster {cluster.id} ({'column' if named else 'chip default'})")
     recompute = (row.get("recompute") or "").strip()
 
-    # Optional column: further plan fields the source states (e.g. CUDA graphs, EP overlap, Adam
-    # moment precision, recompute modules), in --plan syntax.
-    options_text = (row.get("plan_options") or "").strip()
-    try:
-        options = parse_plan(options_text) if options_text else None
-    except WindtunnelError as exc:
-        return None, notes, f"plan_options: {exc}"
-    stated = {name: getattr(options, name) for name in options.model_fields_set} if options else {}
-    if stated:
-        notes.append(f"stated by the source: {options_text}")
+    # Optional columns: further plan fields the source states (e.g. CUDA graphs, EP overlap, Adam moment
+    # precision, recompute modules), and those the run's recipe states where the source publishes only the
+    # layout (traced from the recipe's code, e.g. validation/bridge_recipes.csv); both in --plan syntax, the
+    # recipe's over the source's.
+    stated: dict = {}
+    for column, said in (("plan_options", "stated by the source"), ("recipe_options", "stated by the recipe")):
+        options_text = (row.get(column) or "").strip()
+        try:
+            options = parse_plan(options_text) if options_text else None
+        except WindtunnelError as exc:
+            return None, notes, f"{column}: {exc}"
+        if options:
+            stated.update({name: getattr(options, name) for name in options.model_fields_set})
+            notes.append(f"{said}: {options_text}")
     dispatcher = with_stack_defaults(Plan(), stack).dispatcher
     if ep > 1 and "dispatcher" not in stated:
         notes.append(f"dispatcher: {dispatcher} (the stack's default; the source names none)")
