@@ -17,10 +17,15 @@ DATA = Path(__file__).resolve().parent / "data"
 
 
 def validation_script(name: str) -> ModuleType:
-    """Import a script of validation/ (``name`` without '.py') as a module, for its functions."""
+    """Import a script of validation/ (``name`` without '.py') as a module, for its functions (with validation/
+    on the import path while it loads, for the scripts that import another script beside them)."""
     spec = importlib.util.spec_from_file_location(name, REPO / "validation" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    sys.path.insert(0, str(REPO / "validation"))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(REPO / "validation"))
     return module
 
 

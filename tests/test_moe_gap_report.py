@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,11 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module", name="script")
 def script_fixture():
-    sys.path.insert(0, str(ROOT / "validation"))  # the script imports recipe_trial beside it
-    try:
-        yield validation_script("moe_gap_report")
-    finally:
-        sys.path.remove(str(ROOT / "validation"))
+    return validation_script("moe_gap_report")
 
 
 @pytest.fixture(scope="module", name="row")

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import csv
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,11 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def state_recipes():
-    sys.path.insert(0, str(ROOT / "validation"))  # the script imports recipe_trial beside it
-    try:
-        yield validation_script("state_recipes")
-    finally:
-        sys.path.remove(str(ROOT / "validation"))
+    return validation_script("state_recipes")
 
 
 @pytest.mark.parametrize("name", ["extra_training_runs.csv", "training_runs.csv"])
