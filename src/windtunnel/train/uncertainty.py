@@ -131,9 +131,10 @@ def assess(bands: dict, *, stack: str, chip: str, generation: str, precision: st
 # Plan values whose kernel path no row of the validation files states yet (modelled from the kernels' published
 # behaviour: graph/moe_block.py, and FP8 attention from cuDNN's timings, validation/ATTENTION_KERNELS.md): a
 # prediction that uses one says it extrapolates. Field -> (values, the architectures where it runs). Drop a
-# value once rows state it.
-UNVALIDATED_PATHS = {"dispatcher": (("hybridep",), ("moe",)), "expert_gemm": (("fused_mlp",), ("moe",)),
-                     "fp8_dispatch": (("true",), ("moe",)), "fp8_attention": (("true",), ("dense", "moe"))}
+# value once rows state it: the Megatron-Bridge 26.06 MoE rows' recipes (column recipe_options) run the fused
+# grouped MLP and FP8 attention, so those are validated for MoE models; no dense row runs FP8 attention.
+UNVALIDATED_PATHS = {"dispatcher": (("hybridep",), ("moe",)), "fp8_dispatch": (("true",), ("moe",)),
+                     "fp8_attention": (("true",), ("dense",))}
 
 
 def annotate(result: TrainingResult, *, generation: str, precision: str, arch: str,
