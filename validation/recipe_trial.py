@@ -63,6 +63,8 @@ FIELDS = {  # recipe columns -> plan options
     "recompute": _recompute,
     "fused MLP, FP8 attention": lambda r: (["expert_gemm=fused_mlp"] if r["cutedsl_fused_grouped_mlp"] == "true" else [])
     + (["fp8_attention=true"] if r["fp8_dot_product_attention"] == "true" else []),
+    # TP communication overlap (userbuffers), traced where the plan has TP > 1 (blank at TP 1, where it does nothing).
+    "TP overlap": lambda r: {"false": ["tp_overlap=false"], "true": ["tp_overlap=true"]}.get(r["tp_comm_overlap"], []),
 }
 
 
