@@ -4,8 +4,7 @@ Run: `.venv/bin/python validation/state_recipes.py` (a second or two; rewrites t
 
 The Megatron-Bridge performance tables publish the parallel layout of each run, not its kernel paths. What the
 release's recipe ran (dispatcher, CUDA-graph scope, EP overlap, recomputation, fused grouped MLP, FP8 attention,
-TP communication overlap)
-is traced from Megatron-Bridge's `scripts/performance` presets at the release's tag into
+TP communication overlap) is traced from Megatron-Bridge's `scripts/performance` presets at the release's tag into
 validation/bridge_recipes.csv (method in extra_training_runs_NOTES.md). Every row whose layout matches its preset
 (`layout_matches_row` 'yes') states those fields in `recipe_options`, in --plan syntax, which the validator applies
 over `plan_options` (windtunnel.validation.training). A row whose layout does not match keeps the stack defaults.

@@ -93,10 +93,10 @@ def compute_op_time(op: Op, chip: Chip, eff: Efficiency, precision: str) -> floa
         gemm_precision = op.precision or precision
         if gemm_precision == "fp8" and "fp8" not in chip.peak_flops:
             gemm_precision = "bf16"
-        cast_input = op.phase not in op.quantized_in
         # Per-expert quantisation kernels (Op.quant_launches) each carry a kernel's fixed overhead.
-        launches = op.quant_launches * eff.kernel_overhead_s if cast_input and gemm_precision == "fp8" else 0.0
-        return gemm_time(m, n, k, gemm_precision, chip, eff, count=op.count, cast_input=cast_input) + launches
+        launches = op.launched_quantisations * eff.kernel_overhead_s if gemm_precision == "fp8" else 0.0
+        return gemm_time(m, n, k, gemm_precision, chip, eff, count=op.count,
+                         cast_input=op.phase not in op.quantized_in) + launches
     if op.kind == "attention":
         return attention_time(op, chip, eff)
     if op.kind == "memory":

@@ -94,6 +94,12 @@ class Op:
     weight_grad: bool = False
 
     @property
+    def launched_quantisations(self) -> int:
+        """The per-expert quantisation kernels this operator runs in its phase (none where its operand
+        arrives quantised)."""
+        return 0 if self.phase in self.quantized_in else self.quant_launches
+
+    @property
     def is_comm(self) -> bool:
         return self.kind in COLLECTIVES
 

@@ -190,10 +190,9 @@ class LayerCoster:
         issued the op, it waits for the op's inputs, and the device idles once it has run out of
         issued work until the next launches arrive."""
         eff = self.eff
-        seconds = op.host_ops * eff.host_op_s + op.library_calls * eff.host_library_call_s
-        if op.phase not in op.quantized_in:
-            seconds += op.quant_launches * eff.host_launch_s
-        if eff.host_op_s <= 0 and eff.host_library_call_s <= 0:
+        seconds = (op.host_ops * eff.host_op_s + op.library_calls * eff.host_library_call_s
+                   + op.launched_quantisations * eff.host_launch_s)
+        if eff.host_op_s <= 0 and eff.host_library_call_s <= 0 and eff.host_launch_s <= 0:
             return None
         issued = engine.task(op.name + ".issue", stream, seconds, (), category="host_overhead")
         if op.host_sync:
